@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every test of the project, as CI runs it (.ci/run calls exactly this).
+# Needs only cargo and python3 (with venv + pip reaching PyPI); installs the
+# rest (reference loaderx 1.7.2 for interop, maturin/numpy/pytest for the
+# wheel) into virtual environments under target/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+step() { printf '\n=== %s\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "interop peer (loaderx 1.7.2 venv)"
+scripts/ref-venv.sh
+
+step "clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "rust tests"
+cargo test --workspace --locked
+
+step "examples"
+cargo run --locked -q -p examples --bin quickstart
