@@ -1,1 +1,24 @@
-//! zrecord
+//! zrecord: typed, NumPy-compatible records over ndarray.
+//!
+//! This crate is the typed layer of the zrecord stack. It knows dtypes and
+//! shapes; the byte engine below it knows neither.
+//!
+//! - [`dtype`]: [`DType`] (NumPy dtype strings and structured `descr` lists),
+//!   the persisted type identity (MessagePack, byte-identical to loaderx
+//!   1.7.2), and the [`Element`] trait mapping Rust types to dtypes.
+//! - [`Error`]: the crate's single error type.
+//!
+//! ```
+//! use zrecord::{DType, Element};
+//! let dt = DType::parse("<f4")?;
+//! assert_eq!(dt, f32::dtype());
+//! assert_eq!(dt.itemsize(), 4);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod dtype;
+pub mod error;
+
+pub use dtype::{Bool, ByteOrder, Complex, DType, Element, Field, Identity, ScalarKind};
+pub use error::{Error, NpyHeaderProblem, Result};

@@ -1,0 +1,1014 @@
+//! Runtime dtypes: NumPy dtype strings and structured `descr` lists, their
+//! persisted MessagePack identity, and the [`Element`] trait mapping Rust
+//! types to dtypes.
+//!
+//! A [`DType`] is either a numeric scalar (`<f4`, `>i8`, `|b1`, `<c16`...) or a
+//! structured record of named fields, each with its own dtype (possibly
+//! structured again) and subarray shape. Object, string, void, datetime and
+//! unknown dtypes are rejected with an error naming the string.
+//!
+//! The identity bytes ([`encode_identity_dense`], [`encode_identity_ragged`])
+//! are byte-identical to what `loaderx==1.7.2` writes:
+//! `msgpack.packb({"dtype": D, "item_shape": [...]})` where `D` is
+//! `dtype.str` for a plain dtype and `dtype.descr` for a structured one.
+//!
+//! ```
+//! use zrecord::dtype::{DType, decode_identity, encode_identity_dense};
+//! let dt = DType::parse("<f4")?;
+//! assert_eq!(dt.itemsize(), 4);
+//! let bytes = encode_identity_dense(&dt, &[3, 2]);
+//! let id = decode_identity(&bytes)?;
+//! assert_eq!(id.dtype, dt);
+//! assert_eq!(id.item_shape, Some(vec![3, 2]));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+
+use rmpv::Value;
+
+use crate::error::{Error, Result};
+
+/// Deepest nesting of structured dtypes accepted when decoding.
+pub const MAX_NESTING: usize = 16;
+
+/// Largest item size accepted for a decoded dtype (one record is at most 2^31
+/// bytes in a store, see FORMAT.md).
+pub const MAX_ITEMSIZE: u64 = 1 << 31;
+
+/// Byte order of a multi-byte scalar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ByteOrder {
+    /// Least significant byte first (`<`).
+    Little,
+    /// Most significant byte first (`>`).
+    Big,
+    /// One-byte types (`|`).
+    NotApplicable,
+}
+
+impl ByteOrder {
+    /// The host's byte order.
+    pub const NATIVE: ByteOrder = if cfg!(target_endian = "little") {
+        ByteOrder::Little
+    } else {
+        ByteOrder::Big
+    };
+
+    fn char(self) -> char {
+        match self {
+            ByteOrder::Little => '<',
+            ByteOrder::Big => '>',
+            ByteOrder::NotApplicable => '|',
+        }
+    }
+}
+
+/// The numeric family of a scalar dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScalarKind {
+    /// `b1`: one byte, zero is false, anything else true.
+    Bool,
+    /// `i1`, `i2`, `i4`, `i8`.
+    Int,
+    /// `u1`, `u2`, `u4`, `u8`.
+    UInt,
+    /// `f2`, `f4`, `f8` (IEEE half, single, double).
+    Float,
+    /// `c8`, `c16`: two floats, real then imaginary.
+    Complex,
+}
+
+impl ScalarKind {
+    fn char(self) -> char {
+        match self {
+            ScalarKind::Bool => 'b',
+            ScalarKind::Int => 'i',
+            ScalarKind::UInt => 'u',
+            ScalarKind::Float => 'f',
+            ScalarKind::Complex => 'c',
+        }
+    }
+
+    fn valid_size(self, size: usize) -> bool {
+        match self {
+            ScalarKind::Bool => size == 1,
+            ScalarKind::Int | ScalarKind::UInt => matches!(size, 1 | 2 | 4 | 8),
+            ScalarKind::Float => matches!(size, 2 | 4 | 8),
+            ScalarKind::Complex => matches!(size, 8 | 16),
+        }
+    }
+}
+
+/// A runtime dtype: a numeric scalar, a structured record, or (only as an
+/// unnamed field of a structured record) padding bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// A numeric scalar. `order` is [`ByteOrder::NotApplicable`] exactly when
+    /// `size == 1`.
+    Scalar {
+        /// Numeric family.
+        kind: ScalarKind,
+        /// Bytes per element.
+        size: usize,
+        /// Byte order.
+        order: ByteOrder,
+    },
+    /// A packed structured record: fields laid out one after another in order.
+    Structured(Vec<Field>),
+    /// `n` bytes of padding (NumPy writes `('', '|V<n>')` in `descr` for
+    /// aligned or offset structs). Only valid as an unnamed field.
+    Padding(usize),
+}
+
+/// One field of a structured dtype.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Field {
+    /// Field name; empty only for padding.
+    pub name: String,
+    /// The field's element dtype.
+    pub dtype: DType,
+    /// Subarray shape (empty for a plain field).
+    pub shape: Vec<usize>,
+}
+
+impl DType {
+    /// Scalar helper with the order normalized for one-byte types.
+    pub fn scalar(kind: ScalarKind, size: usize, order: ByteOrder) -> Result<DType> {
+        if !kind.valid_size(size) {
+            return Err(Error::unsupported(
+                format!("{}{}", kind.char(), size),
+                "no such size for this kind",
+            ));
+        }
+        let order = if size == 1 {
+            ByteOrder::NotApplicable
+        } else if order == ByteOrder::NotApplicable {
+            ByteOrder::NATIVE
+        } else {
+            order
+        };
+        Ok(DType::Scalar { kind, size, order })
+    }
+
+    /// Parses a NumPy type string such as `<f4`, `>i8`, `|u1`, `|b1`, `=f4`,
+    /// `f8` (no mark: native), `?` (bool).
+    ///
+    /// Object (`O`), strings (`U`, `S`, `a`), void (`V`), datetimes (`M`,
+    /// `m`), long doubles and anything unknown are rejected with an error
+    /// naming the string.
+    pub fn parse(s: &str) -> Result<DType> {
+        let bytes = s.as_bytes();
+        let (order, rest) = match bytes.first() {
+            Some(b'<') => (ByteOrder::Little, &s[1..]),
+            Some(b'>') => (ByteOrder::Big, &s[1..]),
+            Some(b'|') | Some(b'=') => (ByteOrder::NotApplicable, &s[1..]),
+            _ => (ByteOrder::NotApplicable, s),
+        };
+        let rb = rest.as_bytes();
+        let Some(&code) = rb.first() else {
+            return Err(Error::unsupported(s, "empty type string"));
+        };
+        if rest == "?" {
+            return DType::scalar(ScalarKind::Bool, 1, order);
+        }
+        let kind = match code {
+            b'b' => ScalarKind::Bool,
+            b'i' => ScalarKind::Int,
+            b'u' => ScalarKind::UInt,
+            b'f' => ScalarKind::Float,
+            b'c' => ScalarKind::Complex,
+            b'O' => return Err(Error::unsupported(s, "object dtypes cannot be stored")),
+            b'U' | b'S' | b'a' => {
+                return Err(Error::unsupported(s, "string dtypes are not supported"));
+            }
+            b'V' => {
+                return Err(Error::unsupported(
+                    s,
+                    "void dtypes are only accepted as unnamed padding inside a structured descr",
+                ));
+            }
+            b'M' | b'm' => {
+                return Err(Error::unsupported(s, "datetime dtypes are not supported"));
+            }
+            _ => return Err(Error::unsupported(s, "unknown type code")),
+        };
+        let digits = &rest[1..];
+        if digits.is_empty() || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Error::unsupported(
+                s,
+                "expected a size in bytes after the type code",
+            ));
+        }
+        let size: usize = digits
+            .parse()
+            .map_err(|_| Error::unsupported(s, "bad size"))?;
+        if !kind.valid_size(size) {
+            return Err(Error::unsupported(s, "no such size for this kind"));
+        }
+        DType::scalar(kind, size, order)
+    }
+
+    /// Bytes per element (for structured dtypes, the packed record size).
+    /// Saturates instead of overflowing for hand-built absurd dtypes; every
+    /// dtype produced by [`DType::parse`] or [`decode_identity`] is at most
+    /// [`MAX_ITEMSIZE`].
+    pub fn itemsize(&self) -> usize {
+        match self {
+            DType::Scalar { size, .. } => *size,
+            DType::Padding(n) => *n,
+            DType::Structured(fields) => fields.iter().fold(0usize, |acc, f| {
+                let n = f.shape.iter().fold(1usize, |a, &d| a.saturating_mul(d));
+                acc.saturating_add(f.dtype.itemsize().saturating_mul(n))
+            }),
+        }
+    }
+
+    /// True when every scalar in the dtype is in the host's byte order (so
+    /// its bytes can be reinterpreted as Rust values directly).
+    pub fn is_native(&self) -> bool {
+        match self {
+            DType::Scalar { order, .. } => {
+                *order == ByteOrder::NATIVE || *order == ByteOrder::NotApplicable
+            }
+            DType::Padding(_) => true,
+            DType::Structured(fields) => fields.iter().all(|f| f.dtype.is_native()),
+        }
+    }
+
+    /// The same dtype with every scalar in the host's byte order.
+    pub fn to_native(&self) -> DType {
+        match self {
+            DType::Scalar { kind, size, order } => DType::Scalar {
+                kind: *kind,
+                size: *size,
+                order: if *order == ByteOrder::NotApplicable {
+                    *order
+                } else {
+                    ByteOrder::NATIVE
+                },
+            },
+            DType::Padding(n) => DType::Padding(*n),
+            DType::Structured(fields) => DType::Structured(
+                fields
+                    .iter()
+                    .map(|f| Field {
+                        name: f.name.clone(),
+                        dtype: f.dtype.to_native(),
+                        shape: f.shape.clone(),
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Exactly what NumPy prints for `dtype.str`: `<f4`, `|b1`, `>c16`; a
+    /// structured dtype prints as `|V<itemsize>` (as in NumPy).
+    pub fn to_numpy_str(&self) -> String {
+        match self {
+            DType::Scalar { kind, size, order } => {
+                format!("{}{}{}", order.char(), kind.char(), size)
+            }
+            DType::Padding(n) => format!("|V{n}"),
+            DType::Structured(_) => format!("|V{}", self.itemsize()),
+        }
+    }
+
+    /// What NumPy prints for `dtype.descr`: `[('x', '<f4'), ('y', '<i4', (2,))]`
+    /// for structured dtypes, `[('', '<f4')]` for scalars.
+    pub fn descr(&self) -> String {
+        match self {
+            DType::Structured(_) => self.python_literal(),
+            _ => format!("[('', '{}')]", self.to_numpy_str()),
+        }
+    }
+
+    /// The value NumPy's `.npy` writer puts under `'descr'`: the type string
+    /// for a plain dtype, the descr list for a structured one.
+    pub(crate) fn python_literal(&self) -> String {
+        match self {
+            DType::Structured(fields) => {
+                let mut out = String::from("[");
+                for (i, f) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push('(');
+                    out.push_str(&py_repr_str(&f.name));
+                    out.push_str(", ");
+                    out.push_str(&f.dtype.python_literal());
+                    if !f.shape.is_empty() {
+                        out.push_str(", ");
+                        out.push_str(&py_tuple(&f.shape));
+                    }
+                    out.push(')');
+                }
+                out.push(']');
+                out
+            }
+            _ => format!("'{}'", self.to_numpy_str()),
+        }
+    }
+
+    /// The generic literal tree of this dtype's identity value.
+    pub(crate) fn to_lit(&self) -> Lit {
+        match self {
+            DType::Structured(fields) => Lit::Seq(
+                fields
+                    .iter()
+                    .map(|f| {
+                        let mut item = vec![Lit::Str(f.name.clone()), f.dtype.to_lit()];
+                        if !f.shape.is_empty() {
+                            item.push(Lit::Seq(
+                                f.shape.iter().map(|&d| Lit::Int(d as i128)).collect(),
+                            ));
+                        }
+                        Lit::Seq(item)
+                    })
+                    .collect(),
+            ),
+            _ => Lit::Str(self.to_numpy_str()),
+        }
+    }
+
+    /// Builds a dtype from a literal tree: a type string, or a descr list.
+    pub(crate) fn from_lit(lit: &Lit) -> Result<DType> {
+        let dt = Self::from_lit_depth(lit, 0)?;
+        if dt.itemsize() as u64 > MAX_ITEMSIZE {
+            return Err(Error::unsupported(
+                lit.render(),
+                format!("item size exceeds {MAX_ITEMSIZE} bytes"),
+            ));
+        }
+        Ok(dt)
+    }
+
+    fn from_lit_depth(lit: &Lit, depth: usize) -> Result<DType> {
+        match lit {
+            Lit::Str(s) => DType::parse(s),
+            Lit::Seq(fields) => {
+                if depth >= MAX_NESTING {
+                    return Err(Error::unsupported(
+                        "<descr>",
+                        format!("structured dtype nested deeper than {MAX_NESTING}"),
+                    ));
+                }
+                if fields.is_empty() {
+                    return Err(Error::unsupported("[]", "structured dtype without fields"));
+                }
+                let mut out = Vec::with_capacity(fields.len().min(1024));
+                let mut names = HashSet::new();
+                let mut size: u64 = 0;
+                for field in fields {
+                    let f = Self::field_from_lit(field, depth)?;
+                    if !f.name.is_empty() && !names.insert(f.name.clone()) {
+                        return Err(Error::unsupported(
+                            lit.render(),
+                            format!("duplicate field name {:?}", f.name),
+                        ));
+                    }
+                    let n = f
+                        .shape
+                        .iter()
+                        .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+                        .and_then(|n| n.checked_mul(f.dtype.itemsize() as u64))
+                        .and_then(|b| b.checked_add(size))
+                        .filter(|&b| b <= MAX_ITEMSIZE);
+                    size = n.ok_or_else(|| {
+                        Error::unsupported(
+                            lit.render(),
+                            format!("item size exceeds {MAX_ITEMSIZE} bytes"),
+                        )
+                    })?;
+                    out.push(f);
+                }
+                Ok(DType::Structured(out))
+            }
+            other => Err(Error::unsupported(
+                other.render(),
+                "a dtype is a type string or a descr list",
+            )),
+        }
+    }
+
+    fn field_from_lit(lit: &Lit, depth: usize) -> Result<Field> {
+        let bad = |why: &str| Error::unsupported(lit.render(), why.to_string());
+        let Lit::Seq(items) = lit else {
+            return Err(bad("a descr field is a (name, dtype[, shape]) tuple"));
+        };
+        if items.len() != 2 && items.len() != 3 {
+            return Err(bad("a descr field is a (name, dtype[, shape]) tuple"));
+        }
+        let name = match &items[0] {
+            Lit::Str(s) => s.clone(),
+            Lit::Seq(_) => return Err(bad("field titles are not supported")),
+            _ => return Err(bad("a field name is a string")),
+        };
+        let shape = match items.get(2) {
+            None => Vec::new(),
+            Some(Lit::Int(d)) => vec![dim(*d).ok_or_else(|| bad("negative subarray dim"))?],
+            Some(Lit::Seq(ds)) => ds
+                .iter()
+                .map(|d| match d {
+                    Lit::Int(d) => dim(*d).ok_or_else(|| bad("negative or huge subarray dim")),
+                    _ => Err(bad("subarray dims are integers")),
+                })
+                .collect::<Result<Vec<_>>>()?,
+            Some(_) => return Err(bad("a subarray shape is a tuple of integers")),
+        };
+        // Void is only meaningful as NumPy's unnamed padding.
+        if let Lit::Str(s) = &items[1]
+            && let Some(n) = parse_void(s)
+        {
+            if !name.is_empty() || !shape.is_empty() {
+                return Err(Error::unsupported(
+                    s.clone(),
+                    "void dtypes are only accepted as unnamed padding inside a structured descr",
+                ));
+            }
+            let n = n.ok_or_else(|| bad("bad padding size"))?;
+            if n == 0 || n as u64 > MAX_ITEMSIZE {
+                return Err(bad("bad padding size"));
+            }
+            return Ok(Field {
+                name,
+                dtype: DType::Padding(n),
+                shape,
+            });
+        }
+        if name.is_empty() {
+            return Err(bad("only padding fields may be unnamed"));
+        }
+        let dtype = Self::from_lit_depth(&items[1], depth + 1)?;
+        Ok(Field { name, dtype, shape })
+    }
+
+    /// Converts `data` (a whole number of items of this dtype) in place from
+    /// this dtype's byte order to the host's. A no-op for native dtypes.
+    pub fn swap_to_native(&self, data: &mut [u8]) {
+        if self.is_native() {
+            return;
+        }
+        match self {
+            DType::Scalar { kind, size, .. } => {
+                let w = if *kind == ScalarKind::Complex {
+                    size / 2
+                } else {
+                    *size
+                };
+                for c in data.chunks_exact_mut(w) {
+                    c.reverse();
+                }
+            }
+            DType::Padding(_) => {}
+            DType::Structured(_) => {
+                let mut ops = Vec::new();
+                self.swap_ops(0, &mut ops);
+                let item = self.itemsize();
+                if item == 0 {
+                    return;
+                }
+                for rec in data.chunks_exact_mut(item) {
+                    for &(off, width, count) in &ops {
+                        for k in 0..count {
+                            let s = off + k * width;
+                            rec[s..s + width].reverse();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// (offset, width, count) runs of non-native scalars inside one item.
+    fn swap_ops(&self, base: usize, ops: &mut Vec<(usize, usize, usize)>) {
+        match self {
+            DType::Scalar { kind, size, order } => {
+                if *order != ByteOrder::NATIVE && *order != ByteOrder::NotApplicable {
+                    if *kind == ScalarKind::Complex {
+                        ops.push((base, size / 2, 2));
+                    } else {
+                        ops.push((base, *size, 1));
+                    }
+                }
+            }
+            DType::Padding(_) => {}
+            DType::Structured(fields) => {
+                let mut off = base;
+                for f in fields {
+                    let n: usize = f.shape.iter().product();
+                    let w = f.dtype.itemsize();
+                    for k in 0..n {
+                        f.dtype.swap_ops(off + k * w, ops);
+                    }
+                    off += w * n;
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DType::Structured(_) => f.write_str(&self.python_literal()),
+            _ => f.write_str(&self.to_numpy_str()),
+        }
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<DType> {
+        DType::parse(s)
+    }
+}
+
+fn dim(d: i128) -> Option<usize> {
+    usize::try_from(d)
+        .ok()
+        .filter(|&d| d as u64 <= MAX_ITEMSIZE)
+}
+
+/// `Some(Some(n))` for `|V<n>` / `V<n>`, `Some(None)` for a malformed void.
+fn parse_void(s: &str) -> Option<Option<usize>> {
+    let rest = s.strip_prefix(['|', '<', '>', '=']).unwrap_or(s);
+    let digits = rest.strip_prefix('V')?;
+    if digits.is_empty() || digits.len() > 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(None);
+    }
+    Some(digits.parse().ok())
+}
+
+fn py_tuple(dims: &[usize]) -> String {
+    match dims {
+        [d] => format!("({d},)"),
+        _ => {
+            let parts: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+            format!("({})", parts.join(", "))
+        }
+    }
+}
+
+/// Python's `repr` of a str (quotes chosen as Python does).
+pub(crate) fn py_repr_str(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// A generic literal tree: what both a MessagePack identity and a Python
+/// literal (`.npy` header) decode to before they are interpreted.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Lit {
+    Str(String),
+    Int(i128),
+    Bool(bool),
+    None,
+    /// A list or a tuple.
+    Seq(Vec<Lit>),
+    /// A dict, in source order.
+    Map(Vec<(Lit, Lit)>),
+    /// Anything else (floats, ext types) — carried for error messages only.
+    Other(String),
+}
+
+impl Lit {
+    /// A short rendering for error messages (bounded length).
+    pub(crate) fn render(&self) -> String {
+        let mut s = String::new();
+        self.render_into(&mut s, 0);
+        if s.len() > 200 {
+            let mut cut = 200;
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            s.truncate(cut);
+            s.push_str("...");
+        }
+        s
+    }
+
+    fn render_into(&self, out: &mut String, depth: usize) {
+        if out.len() > 200 || depth > 20 {
+            return;
+        }
+        match self {
+            Lit::Str(s) => out.push_str(&py_repr_str(s)),
+            Lit::Int(i) => out.push_str(&i.to_string()),
+            Lit::Bool(b) => out.push_str(if *b { "True" } else { "False" }),
+            Lit::None => out.push_str("None"),
+            Lit::Other(s) => out.push_str(s),
+            Lit::Seq(items) => {
+                out.push('[');
+                for (i, it) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    it.render_into(out, depth + 1);
+                    if out.len() > 200 {
+                        break;
+                    }
+                }
+                out.push(']');
+            }
+            Lit::Map(items) => {
+                out.push('{');
+                for (i, (k, v)) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    k.render_into(out, depth + 1);
+                    out.push_str(": ");
+                    v.render_into(out, depth + 1);
+                    if out.len() > 200 {
+                        break;
+                    }
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    fn from_msgpack(v: &Value) -> Lit {
+        match v {
+            Value::String(s) => match s.as_str() {
+                Some(s) => Lit::Str(s.to_string()),
+                None => Lit::Other("<invalid utf-8 str>".into()),
+            },
+            Value::Binary(b) => match std::str::from_utf8(b) {
+                Ok(s) => Lit::Str(s.to_string()),
+                Err(_) => Lit::Other("<invalid utf-8 bin>".into()),
+            },
+            Value::Integer(i) => match (i.as_u64(), i.as_i64()) {
+                (Some(u), _) => Lit::Int(u as i128),
+                (None, Some(s)) => Lit::Int(s as i128),
+                _ => Lit::Other("<int>".into()),
+            },
+            Value::Boolean(b) => Lit::Bool(*b),
+            Value::Nil => Lit::None,
+            Value::Array(items) => Lit::Seq(items.iter().map(Lit::from_msgpack).collect()),
+            Value::Map(items) => Lit::Map(
+                items
+                    .iter()
+                    .map(|(k, v)| (Lit::from_msgpack(k), Lit::from_msgpack(v)))
+                    .collect(),
+            ),
+            Value::F32(f) => Lit::Other(f.to_string()),
+            Value::F64(f) => Lit::Other(f.to_string()),
+            Value::Ext(t, _) => Lit::Other(format!("<ext {t}>")),
+        }
+    }
+
+    fn to_msgpack(&self) -> Value {
+        match self {
+            Lit::Str(s) => Value::from(s.as_str()),
+            Lit::Int(i) => {
+                if *i >= 0 {
+                    Value::from(*i as u64)
+                } else {
+                    Value::from(*i as i64)
+                }
+            }
+            Lit::Bool(b) => Value::Boolean(*b),
+            Lit::None | Lit::Other(_) => Value::Nil,
+            Lit::Seq(items) => Value::Array(items.iter().map(Lit::to_msgpack).collect()),
+            Lit::Map(items) => Value::Map(
+                items
+                    .iter()
+                    .map(|(k, v)| (k.to_msgpack(), v.to_msgpack()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// A decoded type identity (the MessagePack map persisted in `store.zr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The stored dtype.
+    pub dtype: DType,
+    /// `Some(item_shape)` for a dense store, `None` for a ragged one.
+    pub item_shape: Option<Vec<u64>>,
+}
+
+fn encode_map(entries: Vec<(Lit, Lit)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    rmpv::encode::write_value(&mut out, &Lit::Map(entries).to_msgpack())
+        .expect("writing MessagePack to a Vec cannot fail");
+    out
+}
+
+/// Identity bytes of a dense store: `{"dtype": D, "item_shape": [...]}`,
+/// byte-identical to loaderx 1.7.2.
+pub fn encode_identity_dense(dtype: &DType, item_shape: &[u64]) -> Vec<u8> {
+    encode_map(vec![
+        (Lit::Str("dtype".into()), dtype.to_lit()),
+        (
+            Lit::Str("item_shape".into()),
+            Lit::Seq(item_shape.iter().map(|&d| Lit::Int(d as i128)).collect()),
+        ),
+    ])
+}
+
+/// Identity bytes of a ragged store: `{"dtype": D}`, byte-identical to
+/// loaderx 1.7.2.
+pub fn encode_identity_ragged(dtype: &DType) -> Vec<u8> {
+    encode_map(vec![(Lit::Str("dtype".into()), dtype.to_lit())])
+}
+
+/// Decodes identity bytes written by [`encode_identity_dense`],
+/// [`encode_identity_ragged`] or loaderx 1.7.2.
+///
+/// Strings may be MessagePack `str` or `bin`. The map must hold exactly
+/// `dtype` (ragged) or `dtype` and `item_shape` (dense); trailing bytes,
+/// other keys and duplicates are errors. Never panics, whatever the input.
+pub fn decode_identity(bytes: &[u8]) -> Result<Identity> {
+    let bad = |detail: String| Error::BadIdentity { detail };
+    let mut rd = bytes;
+    let value = rmpv::decode::read_value_with_max_depth(&mut rd, 4 * MAX_NESTING + 8)
+        .map_err(|e| bad(format!("not MessagePack: {e}")))?;
+    if !rd.is_empty() {
+        return Err(bad(format!("{} trailing bytes after the map", rd.len())));
+    }
+    let Lit::Map(entries) = Lit::from_msgpack(&value) else {
+        return Err(bad("the identity is not a map".into()));
+    };
+    let mut dtype = None;
+    let mut item_shape = None;
+    for (k, v) in &entries {
+        match k {
+            Lit::Str(s) if s == "dtype" && dtype.is_none() => dtype = Some(v),
+            Lit::Str(s) if s == "item_shape" && item_shape.is_none() => item_shape = Some(v),
+            other => {
+                return Err(bad(format!(
+                    "unexpected or repeated key {}; expected \"dtype\" and, for dense stores, \"item_shape\"",
+                    other.render()
+                )));
+            }
+        }
+    }
+    let dtype = dtype.ok_or_else(|| bad("missing key \"dtype\"".into()))?;
+    let dtype = DType::from_lit(dtype)?;
+    let item_shape = match item_shape {
+        None => None,
+        Some(Lit::Seq(dims)) => Some(
+            dims.iter()
+                .map(|d| match d {
+                    Lit::Int(d) => u64::try_from(*d)
+                        .map_err(|_| bad(format!("negative item_shape dimension {d}"))),
+                    other => Err(bad(format!(
+                        "item_shape dimension {} is not an integer",
+                        other.render()
+                    ))),
+                })
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        Some(other) => {
+            return Err(bad(format!("item_shape {} is not a list", other.render())));
+        }
+    };
+    Ok(Identity { dtype, item_shape })
+}
+
+/// A Rust type whose values are stored as one fixed dtype, in native order.
+///
+/// Implemented for `i8`..`i64`, `u8`..`u64`, `f32`, `f64`, [`half::f16`],
+/// [`Bool`] (NumPy `b1`) and [`Complex<f32>`] / [`Complex<f64>`] (NumPy `c8` /
+/// `c16`). `bool` itself is not an `Element`: arbitrary bytes are not valid
+/// `bool`s, so booleans travel as [`Bool`], a byte.
+pub trait Element: bytemuck::Pod + Send + Sync + fmt::Debug + 'static {
+    /// Numeric family.
+    const KIND: ScalarKind;
+    /// The dtype of this type in the host's byte order.
+    fn dtype() -> DType {
+        let size = std::mem::size_of::<Self>();
+        DType::Scalar {
+            kind: Self::KIND,
+            size,
+            order: if size == 1 {
+                ByteOrder::NotApplicable
+            } else {
+                ByteOrder::NATIVE
+            },
+        }
+    }
+}
+
+/// A NumPy boolean (`|b1`): one byte, 0 is false and anything else true.
+/// Any byte is a valid `Bool`, which is why `bool` is not used directly.
+#[repr(transparent)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    PartialOrd,
+    Ord,
+    bytemuck::Pod,
+    bytemuck::Zeroable,
+)]
+pub struct Bool(pub u8);
+
+impl Bool {
+    /// The truth value (any non-zero byte is true, as in NumPy).
+    pub fn get(self) -> bool {
+        self.0 != 0
+    }
+}
+
+impl From<bool> for Bool {
+    fn from(b: bool) -> Bool {
+        Bool(b as u8)
+    }
+}
+
+impl From<Bool> for bool {
+    fn from(b: Bool) -> bool {
+        b.get()
+    }
+}
+
+/// A complex number laid out as NumPy stores it: real part, then imaginary.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Complex<T> {
+    /// Real part.
+    pub re: T,
+    /// Imaginary part.
+    pub im: T,
+}
+
+// SAFETY: `Complex<f32>` is `repr(C)` with two `f32` fields: size 8, align 4,
+// no padding, and every bit pattern of its bytes is a valid pair of `f32`.
+unsafe impl bytemuck::Zeroable for Complex<f32> {}
+// SAFETY: as above; `f32` is Pod, the struct is Copy + 'static, no padding.
+unsafe impl bytemuck::Pod for Complex<f32> {}
+// SAFETY: `Complex<f64>` is `repr(C)` with two `f64` fields: size 16, align 8,
+// no padding, every bit pattern valid.
+unsafe impl bytemuck::Zeroable for Complex<f64> {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for Complex<f64> {}
+
+const _: () = assert!(std::mem::size_of::<Complex<f32>>() == 8);
+const _: () = assert!(std::mem::size_of::<Complex<f64>>() == 16);
+
+macro_rules! element {
+    ($($t:ty => $k:ident),* $(,)?) => {$(
+        impl Element for $t {
+            const KIND: ScalarKind = ScalarKind::$k;
+        }
+    )*};
+}
+
+element!(
+    i8 => Int, i16 => Int, i32 => Int, i64 => Int,
+    u8 => UInt, u16 => UInt, u32 => UInt, u64 => UInt,
+    f32 => Float, f64 => Float, half::f16 => Float,
+    Bool => Bool, Complex<f32> => Complex, Complex<f64> => Complex,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_prints_back_as_numpy_str() {
+        for (input, expect) in [
+            ("<f4", "<f4"),
+            ("=f4", "<f4"),
+            ("f8", "<f8"),
+            ("|b1", "|b1"),
+            ("?", "|b1"),
+            ("<u1", "|u1"),
+            ("i1", "|i1"),
+            (">i8", ">i8"),
+            ("<f2", "<f2"),
+            ("<c8", "<c8"),
+            (">c16", ">c16"),
+            ("|f4", "<f4"),
+        ] {
+            assert_eq!(
+                DType::parse(input).unwrap().to_numpy_str(),
+                expect,
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_non_numeric_with_the_string_named() {
+        for s in [
+            "|O", "<U5", "|S3", "|V4", "<M8[ns]", "<m8", "<f16", "<c32", "<x4", "", "<", "<i3",
+            "<f4x", "<i0004",
+        ] {
+            match DType::parse(s) {
+                Err(Error::UnsupportedDType { dtype, .. }) => assert_eq!(dtype, s),
+                other => panic!("{s}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn element_dtypes() {
+        assert_eq!(f32::dtype().to_numpy_str(), "<f4");
+        assert_eq!(u8::dtype().to_numpy_str(), "|u1");
+        assert_eq!(Bool::dtype().to_numpy_str(), "|b1");
+        assert_eq!(half::f16::dtype().to_numpy_str(), "<f2");
+        assert_eq!(Complex::<f64>::dtype().to_numpy_str(), "<c16");
+        assert_eq!(Complex::<f32>::dtype().to_numpy_str(), "<c8");
+    }
+
+    #[test]
+    fn structured_descr_and_swap() {
+        let lit = Lit::Seq(vec![
+            Lit::Seq(vec![Lit::Str("x".into()), Lit::Str(">f4".into())]),
+            Lit::Seq(vec![Lit::Str("".into()), Lit::Str("|V4".into())]),
+            Lit::Seq(vec![
+                Lit::Str("y".into()),
+                Lit::Str(">i2".into()),
+                Lit::Seq(vec![Lit::Int(2)]),
+            ]),
+        ]);
+        let dt = DType::from_lit(&lit).unwrap();
+        assert_eq!(dt.itemsize(), 12);
+        assert_eq!(
+            dt.descr(),
+            "[('x', '>f4'), ('', '|V4'), ('y', '>i2', (2,))]"
+        );
+        assert_eq!(dt.to_numpy_str(), "|V12");
+        let mut bytes = [1, 2, 3, 4, 9, 9, 9, 9, 5, 6, 7, 8];
+        dt.swap_to_native(&mut bytes);
+        assert_eq!(bytes, [4, 3, 2, 1, 9, 9, 9, 9, 6, 5, 8, 7]);
+        assert!(dt.to_native().is_native());
+    }
+
+    #[test]
+    fn identity_rejects_extra_and_missing_keys() {
+        let with_extra = encode_map(vec![
+            (Lit::Str("dtype".into()), Lit::Str("<f4".into())),
+            (Lit::Str("extra".into()), Lit::Int(1)),
+        ]);
+        assert!(matches!(
+            decode_identity(&with_extra),
+            Err(Error::BadIdentity { .. })
+        ));
+        let missing = encode_map(vec![(Lit::Str("item_shape".into()), Lit::Seq(vec![]))]);
+        assert!(matches!(
+            decode_identity(&missing),
+            Err(Error::BadIdentity { .. })
+        ));
+        let mut trailing = encode_identity_ragged(&DType::parse("<f4").unwrap());
+        trailing.push(0);
+        assert!(decode_identity(&trailing).is_err());
+    }
+
+    #[test]
+    fn identity_accepts_bin_strings() {
+        let v = Value::Map(vec![(Value::from("dtype"), Value::Binary(b"<i8".to_vec()))]);
+        let mut bytes = Vec::new();
+        rmpv::encode::write_value(&mut bytes, &v).unwrap();
+        let id = decode_identity(&bytes).unwrap();
+        assert_eq!(id.dtype.to_numpy_str(), "<i8");
+        assert_eq!(id.item_shape, None);
+    }
+
+    #[test]
+    fn deep_nesting_is_rejected_not_overflowed() {
+        let mut lit = Lit::Str("<f4".into());
+        for _ in 0..(MAX_NESTING + 2) {
+            lit = Lit::Seq(vec![Lit::Seq(vec![Lit::Str("a".into()), lit])]);
+        }
+        assert!(DType::from_lit(&lit).is_err());
+        let mut bytes = vec![0x81, 0xa5, b'd', b't', b'y', b'p', b'e'];
+        bytes.extend(std::iter::repeat_n(0x91, 100_000));
+        bytes.push(0xc0);
+        assert!(decode_identity(&bytes).is_err());
+    }
+}

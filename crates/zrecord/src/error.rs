@@ -1,0 +1,204 @@
+//! The crate's one error type.
+//!
+//! Every variant names what was wrong and where: the file, the dtype string,
+//! the line and column. New kinds of failure are added as new variants (the
+//! enum is `#[non_exhaustive]`), never by stuffing details into a string of
+//! another variant.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in `zrecord`.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An I/O operation on `path` failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file being read or written.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A dtype string or descr is not one that zrecord can store
+    /// (object, string, datetime, unknown, malformed).
+    #[error("unsupported dtype {dtype:?}: {reason}")]
+    UnsupportedDType {
+        /// The dtype as given (typestr, or a rendering of the descr).
+        dtype: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// A persisted type identity (MessagePack) could not be decoded.
+    #[error("invalid type identity: {detail}")]
+    BadIdentity {
+        /// What was wrong.
+        detail: String,
+    },
+
+    /// The header of a `.npy` file is malformed.
+    #[error("{}: bad .npy header: {problem}", path.display())]
+    NpyHeader {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with the header.
+        problem: NpyHeaderProblem,
+    },
+
+    /// A `.npy` payload ends before the bytes its header promises.
+    #[error("{}: .npy payload truncated: header promises {expected} bytes, file holds {found}", path.display())]
+    NpyTruncated {
+        /// The file.
+        path: PathBuf,
+        /// Payload bytes the header (or the requested prefix) needs.
+        expected: u64,
+        /// Payload bytes actually present.
+        found: u64,
+    },
+
+    /// An operation that needs C order was asked of a Fortran-order `.npy`.
+    #[error("{}: {operation} needs a C-order array, but the file is Fortran-ordered (its rows are interleaved across the payload); rewrite it in C order first", path.display())]
+    FortranOrder {
+        /// The file.
+        path: PathBuf,
+        /// The operation refused (`"prefix read"`, `"block read"`).
+        operation: &'static str,
+    },
+
+    /// Data holds one dtype where another was expected.
+    #[error("{context}: holds dtype {found}, asked for {expected}")]
+    DTypeMismatch {
+        /// What holds the data (a file path, a store).
+        context: String,
+        /// The dtype asked for.
+        expected: String,
+        /// The dtype found.
+        found: String,
+    },
+
+    /// Data has one shape where another was expected.
+    #[error("{context}: holds shape {found:?}, asked for {expected}")]
+    ShapeMismatch {
+        /// What holds the data.
+        context: String,
+        /// The expectation, rendered (may contain `*` for free dimensions).
+        expected: String,
+        /// The shape found.
+        found: Vec<u64>,
+    },
+
+    /// A text token is not a number.
+    #[error("{}:{line}: column {column}: cannot parse {token:?} as a number", path.display())]
+    TextParse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based physical line number.
+        line: u64,
+        /// 0-based column (field) index in the file's row.
+        column: usize,
+        /// The offending token (lossily decoded if not UTF-8).
+        token: String,
+    },
+
+    /// A text row has a different number of columns than the first data row.
+    #[error("{}:{line}: expected {expected} columns, found {found}", path.display())]
+    TextColumns {
+        /// The file.
+        path: PathBuf,
+        /// 1-based physical line number.
+        line: u64,
+        /// Columns of the first data row (or required by `usecols`).
+        expected: usize,
+        /// Columns in this row.
+        found: usize,
+    },
+
+    /// A caller-supplied argument is invalid (zero threads, bad usecols...).
+    #[error("invalid argument: {detail}")]
+    InvalidArgument {
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// Sizes overflow the address space or a format limit.
+    #[error("{context}: size overflow: {detail}")]
+    Overflow {
+        /// Where.
+        context: String,
+        /// What overflowed.
+        detail: String,
+    },
+}
+
+/// What is wrong with a `.npy` header (see [`Error::NpyHeader`]).
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NpyHeaderProblem {
+    /// The file does not start with `\x93NUMPY`.
+    #[error("bad magic (not a .npy file)")]
+    BadMagic,
+    /// A format version other than 1.0, 2.0, 3.0.
+    #[error("unsupported format version {0}.{1}")]
+    UnsupportedVersion(u8, u8),
+    /// The file ends inside the preamble or the header.
+    #[error("file ends inside the header ({needed} bytes needed, {found} present)")]
+    Truncated {
+        /// Bytes the preamble + header need.
+        needed: u64,
+        /// Bytes present.
+        found: u64,
+    },
+    /// The declared header length exceeds the 1 MiB limit.
+    #[error("header length {0} exceeds the 1 MiB limit")]
+    TooLong(u64),
+    /// The header is not ASCII (v1/v2) or UTF-8 (v3).
+    #[error("header is not valid {0}")]
+    Encoding(&'static str),
+    /// The header does not end with a newline, or the dict is not a valid literal.
+    #[error("malformed header literal: {0}")]
+    Syntax(String),
+    /// A required key is missing.
+    #[error("missing key {0:?}")]
+    MissingKey(&'static str),
+    /// A key other than descr / fortran_order / shape, or a key given twice.
+    #[error("unexpected key {0:?}")]
+    UnexpectedKey(String),
+    /// A key has a value of the wrong type or an invalid value.
+    #[error("bad value for {key:?}: {detail}")]
+    BadValue {
+        /// The key.
+        key: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The shape's element count or byte size overflows.
+    #[error("shape {0:?} overflows the addressable size")]
+    ShapeOverflow(Vec<u64>),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn unsupported(dtype: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::UnsupportedDType {
+            dtype: dtype.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn invalid(detail: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            detail: detail.into(),
+        }
+    }
+}
