@@ -288,13 +288,13 @@ impl Sampler {
     }
 
     fn fill_cyclic(&self, step: u64, out: &mut [u64]) {
-        let (cycle, first) = if self.per_cycle == 0 {
-            // n < batch_size: every step is a whole cycle.
-            (step, self.lo as u64)
-        } else {
-            let cycle = step / self.per_cycle;
-            let pos = (step % self.per_cycle) * self.batch_size as u64;
-            (cycle, pos + self.lo as u64)
+        let (cycle, first) = match step.checked_div(self.per_cycle) {
+            // n < batch_size (per_cycle == 0): every step is a whole cycle.
+            None => (step, self.lo as u64),
+            Some(cycle) => {
+                let pos = (step - cycle * self.per_cycle) * self.batch_size as u64;
+                (cycle, pos + self.lo as u64)
+            }
         };
         let perm = self.permutation(cycle);
         for (o, i) in out.iter_mut().zip(first..) {
