@@ -33,7 +33,7 @@ fn check_cycles(n: u64, batch: usize, cycles: u64) {
         assert_eq!(dropped, tail);
         dropped_sets.insert(dropped);
     }
-    if n % batch as u64 != 0 && n > batch as u64 + 1 {
+    if !n.is_multiple_of(batch as u64) && n > batch as u64 + 1 {
         assert!(dropped_sets.len() > 1, "the remainder never changes");
     }
 }
