@@ -1,1 +1,85 @@
-//! zrecord-engine
+//! zrecord-engine: the physical record store under `zrecord`, byte-compatible
+//! with the stores of `loaderx` 1.7.2.
+//!
+//! A store is a directory of records of bytes, addressed `0..len`. Records
+//! are appended in batches, gathered in batches into caller memory (in
+//! parallel, decompressed straight into the destination), deleted by
+//! swapping the last record into the hole, and compacted in place. The
+//! engine knows no dtype or shape; the typed layer above it does.
+//!
+//! # Overview
+//!
+//! - [`Engine`]: one open store. [`Engine::create`] / [`Engine::open`]
+//!   ([`OpenMode::ReadWrite`] takes an exclusive lock, [`OpenMode::ReadOnly`] a
+//!   shared one). Appends ([`Engine::append_fixed`], [`Engine::append_var`],
+//!   [`Engine::append_paired`]) and gathers ([`Engine::gather_fixed`],
+//!   [`Engine::gather_var`]) take `&self` and run concurrently; delete and
+//!   compact take `&mut self`.
+//! - [`Codec`] and [`CreateOptions`]: raw, zstd (level 3), zstd with a
+//!   dictionary (level 19, [`train_dictionary`]).
+//! - [`typed_header`]: read/write of the typed layer's `store.zr`.
+//! - [`AlignedBuf`]: page-aligned destination buffers.
+//! - [`Error`]: every failure, naming the file, index or argument.
+//!
+//! The byte format is documented in `docs/format.md`.
+//!
+//! # Example
+//!
+//! ```
+//! use zrecord_engine::{Codec, CreateOptions, Engine, OpenMode};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = dir.path().join("store");
+//! {
+//!     let engine = Engine::create(&store, &CreateOptions::new(Codec::Zstd))?;
+//!     // Three records of 4 bytes each.
+//!     let first = engine.append_fixed(b"aaaabbbbcccc", 4)?;
+//!     assert_eq!(first, 0);
+//!     // Two records of different widths.
+//!     engine.append_var(b"hello, world", &[0, 5, 12])?;
+//!     engine.sync()?;
+//! }
+//! let engine = Engine::open(&store, OpenMode::ReadOnly)?;
+//! assert_eq!(engine.len(), 5);
+//! let mut out = [0u8; 8];
+//! engine.gather_fixed(&[2, 0], 4, &mut out)?;
+//! assert_eq!(&out, b"ccccaaaa");
+//! let mut text = [0u8; 12];
+//! engine.gather_var(&[4, 3], &mut text, &[0, 7, 12])?;
+//! assert_eq!(&text, b", worldhello");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+
+mod aligned;
+mod append;
+mod codec;
+mod engine;
+mod error;
+#[doc(hidden)]
+pub mod format;
+mod gather;
+mod maintain;
+pub mod typed_header;
+#[doc(hidden)]
+pub mod vfs;
+
+pub use aligned::{AlignedBuf, PAGE};
+pub use codec::{Codec, CreateOptions, train_dictionary};
+pub use engine::{Engine, OpenMode, Stats};
+#[doc(hidden)]
+pub use engine::{EngineConfig, ReadPath};
+pub use error::{Error, Result};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn engine_is_send_and_sync() {
+        assert_send_sync::<Engine>();
+        assert_send_sync::<AlignedBuf>();
+    }
+}

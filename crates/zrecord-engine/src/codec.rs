@@ -1,0 +1,210 @@
+//! Codecs: raw, zstd (level 3) and zstd with a dictionary (level 19).
+
+use crate::error::{Error, Result};
+use zstd::bulk::{Compressor, Decompressor};
+use zstd::dict::{DecoderDictionary, EncoderDictionary};
+
+/// A store's one compression method, fixed at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Codec {
+    /// Records stored as given.
+    Raw = 0,
+    /// Each record one zstd frame, level 3 by default.
+    Zstd = 1,
+    /// Each record one zstd frame against the store's dictionary, level 19 by default.
+    ZstdDict = 2,
+}
+
+impl Codec {
+    /// The codec byte of `meta.zr`, if known.
+    pub fn from_u8(b: u8) -> Option<Codec> {
+        match b {
+            0 => Some(Codec::Raw),
+            1 => Some(Codec::Zstd),
+            2 => Some(Codec::ZstdDict),
+            _ => None,
+        }
+    }
+
+    /// The codec byte of `meta.zr`.
+    pub fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// The reference's name: `"raw"`, `"zstd"` or `"zstd_dict"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Raw => "raw",
+            Codec::Zstd => "zstd",
+            Codec::ZstdDict => "zstd_dict",
+        }
+    }
+
+    /// Parses a name as [`Codec::name`] writes it.
+    pub fn from_name(name: &str) -> Option<Codec> {
+        match name {
+            "raw" => Some(Codec::Raw),
+            "zstd" => Some(Codec::Zstd),
+            "zstd_dict" => Some(Codec::ZstdDict),
+            _ => None,
+        }
+    }
+
+    /// The compression level the format prescribes (3, or 19 with a dictionary).
+    pub fn default_level(self) -> i32 {
+        match self {
+            Codec::Raw => 0,
+            Codec::Zstd => 3,
+            Codec::ZstdDict => 19,
+        }
+    }
+}
+
+/// How [`Engine::create`](crate::Engine::create) sets up a store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// The codec, fixed for the store's life.
+    pub codec: Codec,
+    /// Dictionary bytes; required for [`Codec::ZstdDict`], refused otherwise.
+    pub dictionary: Option<Vec<u8>>,
+    /// Compression level for appends through the created handle. `None` uses
+    /// the format's levels (3 for zstd, 19 with a dictionary). The level is
+    /// not stored: a reopened handle uses the format's levels.
+    pub level: Option<i32>,
+}
+
+impl CreateOptions {
+    /// Options for a store with `codec` and no dictionary.
+    pub fn new(codec: Codec) -> Self {
+        CreateOptions {
+            codec,
+            dictionary: None,
+            level: None,
+        }
+    }
+
+    /// Options for a dictionary store.
+    pub fn with_dictionary(dictionary: Vec<u8>) -> Self {
+        CreateOptions {
+            codec: Codec::ZstdDict,
+            dictionary: Some(dictionary),
+            level: None,
+        }
+    }
+}
+
+/// Trains a zstd dictionary (ZDICT) of at most `max_size` bytes on samples
+/// given as one concatenated buffer plus each sample's size.
+pub fn train_dictionary(samples: &[u8], sizes: &[usize], max_size: usize) -> Result<Vec<u8>> {
+    let total = sizes
+        .iter()
+        .try_fold(0usize, |a, &s| a.checked_add(s))
+        .ok_or_else(|| Error::InvalidArgument("sample sizes overflow".into()))?;
+    if total != samples.len() {
+        return Err(Error::InvalidArgument(format!(
+            "sample sizes sum to {total} bytes but {} bytes were given",
+            samples.len()
+        )));
+    }
+    if sizes.is_empty() || max_size == 0 {
+        return Err(Error::InvalidArgument(
+            "dictionary training needs samples and a nonzero size".into(),
+        ));
+    }
+    zstd::dict::from_continuous(samples, sizes, max_size)
+        .map_err(|e| Error::InvalidArgument(format!("dictionary training failed: {e}")))
+}
+
+/// The codec state a handle shares between all its threads: prepared
+/// dictionaries are immutable and `Send + Sync`; contexts are per worker.
+pub(crate) struct CodecState {
+    pub codec: Codec,
+    pub level: i32,
+    pub dictionary: Option<Vec<u8>>,
+    cdict: Option<EncoderDictionary<'static>>,
+    ddict: Option<DecoderDictionary<'static>>,
+}
+
+impl std::fmt::Debug for CodecState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodecState")
+            .field("codec", &self.codec)
+            .field("level", &self.level)
+            .field("dictionary_len", &self.dictionary.as_ref().map(Vec::len))
+            .finish()
+    }
+}
+
+impl CodecState {
+    pub fn new(codec: Codec, level: Option<i32>, dictionary: Option<Vec<u8>>) -> Result<Self> {
+        let level = level.unwrap_or(codec.default_level());
+        if codec != Codec::Raw && !zstd::compression_level_range().contains(&level) {
+            return Err(Error::InvalidArgument(format!(
+                "compression level {level} is outside zstd's range"
+            )));
+        }
+        let (cdict, ddict) = match (&dictionary, codec) {
+            (Some(d), Codec::ZstdDict) => (
+                Some(EncoderDictionary::try_copy(d, level).map_err(|e| {
+                    Error::InvalidArgument(format!("dictionary cannot be loaded: {e}"))
+                })?),
+                Some(DecoderDictionary::try_copy(d).map_err(|e| {
+                    Error::InvalidArgument(format!("dictionary cannot be loaded: {e}"))
+                })?),
+            ),
+            _ => (None, None),
+        };
+        Ok(CodecState {
+            codec,
+            level,
+            dictionary,
+            cdict,
+            ddict,
+        })
+    }
+
+    /// A fresh compression context for one worker.
+    pub fn compressor(&self) -> std::io::Result<Compressor<'_>> {
+        match &self.cdict {
+            Some(d) => Compressor::with_prepared_dictionary(d),
+            None => Compressor::new(self.level),
+        }
+    }
+
+    /// A fresh decompression context for one worker.
+    pub fn decompressor(&self) -> std::io::Result<Decompressor<'_>> {
+        match &self.ddict {
+            Some(d) => Decompressor::with_prepared_dictionary(d),
+            None => Decompressor::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codec_bytes_and_names_round_trip() {
+        for c in [Codec::Raw, Codec::Zstd, Codec::ZstdDict] {
+            assert_eq!(Codec::from_u8(c.as_u8()), Some(c));
+            assert_eq!(Codec::from_name(c.name()), Some(c));
+        }
+        assert_eq!(Codec::from_u8(3), None);
+    }
+
+    #[test]
+    fn training_checks_sizes() {
+        assert!(train_dictionary(b"abc", &[2], 1024).is_err());
+        let mut samples = Vec::new();
+        let mut sizes = Vec::new();
+        for i in 0..400u32 {
+            let s = format!("record {i} with a shared prefix and body {}", i % 7);
+            sizes.push(s.len());
+            samples.extend_from_slice(s.as_bytes());
+        }
+        let d = train_dictionary(&samples, &sizes, 4096).unwrap();
+        assert!(!d.is_empty() && d.len() <= 4096);
+    }
+}

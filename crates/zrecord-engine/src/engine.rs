@@ -1,0 +1,621 @@
+//! The store handle: create, open (with validation), locking, sync, stats.
+
+use crate::codec::{Codec, CodecState, CreateOptions};
+use crate::error::{Error, Result};
+use crate::format::{
+    self, CHUNK_CAPACITY, DICT_FILE, Header, LOC_SEGMENT_ENTRIES, LOC_SIZE, Loc, MAX_RECORD_LEN,
+    META_FILE, META_SIZE,
+};
+use crate::vfs::{Mapping, OpenFlags, RealVfs, StorageFile, Vfs};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// How to open an existing store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// One writer: an exclusive lock on `meta.zr`.
+    ReadWrite,
+    /// Many readers: a shared lock on `meta.zr`; writes are refused.
+    ReadOnly,
+}
+
+/// How gathers read stored bytes.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadPath {
+    /// A read-only mapping of each chunk, copied or decoded from directly.
+    Mmap,
+    /// Positional reads (page-aligned bounce buffer when the destination is not).
+    Pread,
+}
+
+/// Internal parameters. Tests shrink the capacities so chunk rollover and
+/// loc-segment boundaries need no 4 GiB files, and swap in a simulated
+/// file system. A store written with non-default capacities is only
+/// readable with the same ones.
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// The file system.
+    pub vfs: Arc<dyn Vfs>,
+    /// Logical chunk capacity (format: 2^32).
+    pub chunk_capacity: u64,
+    /// Entries per loc segment (format: 2^28).
+    pub loc_segment_entries: u64,
+    /// Bytes per vectored payload write.
+    pub flush_bytes: usize,
+    /// Gather read path.
+    pub read_path: ReadPath,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            vfs: Arc::new(RealVfs),
+            chunk_capacity: CHUNK_CAPACITY,
+            loc_segment_entries: LOC_SEGMENT_ENTRIES,
+            flush_bytes: 256 << 10,
+            read_path: ReadPath::Mmap,
+        }
+    }
+}
+
+impl EngineConfig {
+    fn validate(&self) -> Result<()> {
+        if !(2..=CHUNK_CAPACITY).contains(&self.chunk_capacity)
+            || !(1..=LOC_SEGMENT_ENTRIES).contains(&self.loc_segment_entries)
+            || self.flush_bytes == 0
+        {
+            return Err(Error::InvalidArgument(format!(
+                "engine config out of range: {self:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Storage usage, in physical records and bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Physical records.
+    pub records: u64,
+    /// Stored bytes of the live records.
+    pub live_bytes: u64,
+    /// Bytes the chunk files have grown to (up to the frontier).
+    pub chunk_bytes: u64,
+    /// `chunk_bytes - live_bytes`: an upper bound on what `compact` frees.
+    pub reclaimable: u64,
+}
+
+/// An open file plus its path (for error messages) and, for chunks on the
+/// mmap path, its mapping.
+#[derive(Debug)]
+pub(crate) struct Handle {
+    pub file: Box<dyn StorageFile>,
+    pub path: PathBuf,
+    pub map: Option<Box<dyn Mapping>>,
+}
+
+/// Everything a gather reads; replaced only under the write lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub header: Header,
+    pub table: Vec<Loc>,
+    /// Chunks `0..=tail_chunk`.
+    pub chunks: Vec<Arc<Handle>>,
+    /// Bytes in use per chunk: file length for full chunks, the frontier for the tail.
+    pub chunk_ends: Vec<u64>,
+    /// Loc segments that exist (at least those `length` needs).
+    pub locs: Vec<Arc<Handle>>,
+}
+
+/// An open store: records of bytes, addressed `0..len`.
+///
+/// `Engine` is `Send + Sync`: gathers run from many threads at once,
+/// concurrently with one appender (appends are serialized internally), and see
+/// only committed records. Delete and compact take `&mut self`.
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) dir: PathBuf,
+    pub(crate) cfg: EngineConfig,
+    pub(crate) codec: CodecState,
+    pub(crate) read_only: bool,
+    pub(crate) meta: Handle,
+    pub(crate) state: RwLock<State>,
+    pub(crate) len: AtomicU64,
+    pub(crate) append_lock: Mutex<()>,
+    pub(crate) poisoned: AtomicBool,
+}
+
+impl Engine {
+    /// Creates a new store in `dir` (created if missing; it must be empty).
+    ///
+    /// Writes `meta.zr`, an empty `0.chunk` and, for [`Codec::ZstdDict`],
+    /// `dict.zr`, all synced, and keeps the exclusive lock. The typed layer
+    /// writes `store.zr` afterwards (see [`crate::typed_header`]).
+    pub fn create(dir: impl AsRef<Path>, opts: &CreateOptions) -> Result<Engine> {
+        Self::create_with(dir, opts, EngineConfig::default())
+    }
+
+    /// Opens an existing store, validating its files.
+    pub fn open(dir: impl AsRef<Path>, mode: OpenMode) -> Result<Engine> {
+        Self::open_with(dir, mode, EngineConfig::default())
+    }
+
+    /// [`Engine::create`] with internal parameters.
+    #[doc(hidden)]
+    pub fn create_with(
+        dir: impl AsRef<Path>,
+        opts: &CreateOptions,
+        cfg: EngineConfig,
+    ) -> Result<Engine> {
+        cfg.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        match (opts.codec, &opts.dictionary) {
+            (Codec::ZstdDict, None) => {
+                return Err(Error::InvalidArgument(
+                    "codec zstd_dict needs a dictionary".into(),
+                ));
+            }
+            (Codec::ZstdDict, Some(d)) if d.is_empty() => {
+                return Err(Error::InvalidArgument("the dictionary is empty".into()));
+            }
+            (Codec::Raw | Codec::Zstd, Some(_)) => {
+                return Err(Error::InvalidArgument(format!(
+                    "codec {} takes no dictionary",
+                    opts.codec.name()
+                )));
+            }
+            _ => {}
+        }
+        let codec = CodecState::new(opts.codec, opts.level, opts.dictionary.clone())?;
+        let vfs = cfg.vfs.clone();
+        vfs.create_dir_all(&dir)
+            .map_err(|e| Error::io(&dir, "create directory", e))?;
+        let names = vfs.list_dir(&dir).map_err(|e| Error::io(&dir, "list", e))?;
+        if let Some(first) = names.first() {
+            return Err(Error::ForeignFiles {
+                path: dir,
+                file: first.clone(),
+            });
+        }
+        // The meta file is created first so the lock guards the rest of the
+        // creation; its contents are written last, after the other files.
+        let meta_path = dir.join(META_FILE);
+        let meta = vfs
+            .open(&meta_path, OpenFlags::CreateNew)
+            .map_err(|e| Error::io(&meta_path, "create", e))?;
+        if !meta
+            .try_lock(true)
+            .map_err(|e| Error::io(&meta_path, "lock", e))?
+        {
+            return Err(Error::StoreBusy { path: dir });
+        }
+        if let Some(d) = &opts.dictionary {
+            let p = dir.join(DICT_FILE);
+            let f = vfs
+                .open(&p, OpenFlags::CreateNew)
+                .map_err(|e| Error::io(&p, "create", e))?;
+            f.write_at(d, 0).map_err(|e| Error::io(&p, "write", e))?;
+            f.sync().map_err(|e| Error::io(&p, "sync", e))?;
+        }
+        let chunk_path = dir.join(format::chunk_name(0));
+        let chunk = vfs
+            .open(&chunk_path, OpenFlags::CreateNew)
+            .map_err(|e| Error::io(&chunk_path, "create", e))?;
+        chunk
+            .sync()
+            .map_err(|e| Error::io(&chunk_path, "sync", e))?;
+        let header = Header {
+            codec: opts.codec,
+            tail_chunk: 0,
+            tail_offset: 0,
+            length: 0,
+        };
+        meta.write_at(&header.encode(), 0)
+            .map_err(|e| Error::io(&meta_path, "write", e))?;
+        meta.sync().map_err(|e| Error::io(&meta_path, "sync", e))?;
+        vfs.sync_dir(&dir)
+            .map_err(|e| Error::io(&dir, "sync directory", e))?;
+        let map = Self::map_chunk(&cfg, &*chunk);
+        let state = State {
+            header,
+            table: Vec::new(),
+            chunks: vec![Arc::new(Handle {
+                file: chunk,
+                path: chunk_path,
+                map,
+            })],
+            chunk_ends: vec![0],
+            locs: Vec::new(),
+        };
+        Ok(Engine {
+            dir,
+            cfg,
+            codec,
+            read_only: false,
+            meta: Handle {
+                file: meta,
+                path: meta_path,
+                map: None,
+            },
+            state: RwLock::new(state),
+            len: AtomicU64::new(0),
+            append_lock: Mutex::new(()),
+            poisoned: AtomicBool::new(false),
+        })
+    }
+
+    /// [`Engine::open`] with internal parameters.
+    #[doc(hidden)]
+    pub fn open_with(dir: impl AsRef<Path>, mode: OpenMode, cfg: EngineConfig) -> Result<Engine> {
+        cfg.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        let vfs = cfg.vfs.clone();
+        let names = match vfs.list_dir(&dir) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotAStore { path: dir });
+            }
+            Err(e) => return Err(Error::io(&dir, "list", e)),
+        };
+        if !names.iter().any(|n| n == META_FILE) {
+            return Err(Error::NotAStore { path: dir });
+        }
+        let read_only = mode == OpenMode::ReadOnly;
+        let flags = if read_only {
+            OpenFlags::Read
+        } else {
+            OpenFlags::ReadWrite
+        };
+        let open = |p: &Path| vfs.open(p, flags).map_err(|e| Error::io(p, "open", e));
+        let meta_path = dir.join(META_FILE);
+        let meta = open(&meta_path)?;
+        if !meta
+            .try_lock(!read_only)
+            .map_err(|e| Error::io(&meta_path, "lock", e))?
+        {
+            return Err(Error::StoreBusy { path: dir });
+        }
+        let size = meta.len().map_err(|e| Error::io(&meta_path, "stat", e))?;
+        if size != META_SIZE as u64 {
+            return Err(Error::corrupted(
+                &meta_path,
+                format!("size is {size} bytes, expected {META_SIZE}"),
+            ));
+        }
+        let mut hb = [0u8; META_SIZE];
+        meta.read_at(&mut hb, 0)
+            .map_err(|e| Error::io(&meta_path, "read", e))?;
+        let header =
+            Header::decode(&hb).map_err(|e| Error::corrupted(&meta_path, e.to_string()))?;
+
+        // Dictionary: required by codec 2, refused by 0 and 1.
+        let dict_path = dir.join(DICT_FILE);
+        let has_dict = names.iter().any(|n| n == DICT_FILE);
+        let dictionary = match (header.codec, has_dict) {
+            (Codec::ZstdDict, false) => {
+                return Err(Error::corrupted(
+                    &dict_path,
+                    "missing: codec zstd_dict needs a dictionary",
+                ));
+            }
+            (Codec::ZstdDict, true) => {
+                let f = open(&dict_path)?;
+                let n = f.len().map_err(|e| Error::io(&dict_path, "stat", e))?;
+                if n == 0 {
+                    return Err(Error::corrupted(&dict_path, "the dictionary is empty"));
+                }
+                let n = usize::try_from(n)
+                    .map_err(|_| Error::corrupted(&dict_path, "dictionary too large"))?;
+                let mut d = vec![0u8; n];
+                f.read_at(&mut d, 0)
+                    .map_err(|e| Error::io(&dict_path, "read", e))?;
+                Some(d)
+            }
+            (c, true) => {
+                return Err(Error::corrupted(
+                    &dict_path,
+                    format!("present, but codec {} takes no dictionary", c.name()),
+                ));
+            }
+            (_, false) => None,
+        };
+        let codec = CodecState::new(header.codec, None, dictionary)
+            .map_err(|e| Error::corrupted(&dict_path, e.to_string()))?;
+
+        // Chunks 0..=tail_chunk must exist; the tail reaches the frontier.
+        let cap = cfg.chunk_capacity;
+        let present: BTreeSet<u64> = names
+            .iter()
+            .filter_map(|n| format::parse_numbered(n, "chunk"))
+            .collect();
+        if u64::from(header.tail_offset) > cap {
+            return Err(Error::corrupted(
+                &meta_path,
+                format!(
+                    "tail_offset {} is past the chunk capacity {cap}",
+                    header.tail_offset
+                ),
+            ));
+        }
+        let mut chunks = Vec::new();
+        let mut chunk_ends = Vec::new();
+        for id in 0..=u64::from(header.tail_chunk) {
+            let p = dir.join(format::chunk_name(id));
+            if !present.contains(&id) {
+                return Err(Error::corrupted(
+                    &p,
+                    format!(
+                        "missing: meta.zr says chunks 0..={} exist",
+                        header.tail_chunk
+                    ),
+                ));
+            }
+            let f = open(&p)?;
+            let n = f.len().map_err(|e| Error::io(&p, "stat", e))?;
+            let end = if id == u64::from(header.tail_chunk) {
+                let t = u64::from(header.tail_offset);
+                if n < t {
+                    return Err(Error::corrupted(
+                        &p,
+                        format!("tail chunk is {n} bytes, shorter than tail_offset {t}"),
+                    ));
+                }
+                t
+            } else {
+                n.min(cap)
+            };
+            let map = Self::map_chunk(&cfg, &*f);
+            chunks.push(Arc::new(Handle {
+                file: f,
+                path: p,
+                map,
+            }));
+            chunk_ends.push(end);
+        }
+
+        // Loc segments: check every needed file's size before allocating.
+        let seg = cfg.loc_segment_entries;
+        let length = header.length;
+        let nseg = length.div_ceil(seg);
+        let mut locs = Vec::new();
+        let mut seg_sizes = Vec::new();
+        for s in 0..nseg {
+            let p = dir.join(format::loc_name(s));
+            if !names.iter().any(|n| *n == format::loc_name(s)) {
+                return Err(Error::corrupted(
+                    &p,
+                    format!("missing: meta.zr says {length} records exist"),
+                ));
+            }
+            let entries = (length - s * seg).min(seg);
+            let need = entries * LOC_SIZE as u64;
+            let f = open(&p)?;
+            let n = f.len().map_err(|e| Error::io(&p, "stat", e))?;
+            if n < need {
+                return Err(Error::corrupted(
+                    &p,
+                    format!(
+                        "is {n} bytes, shorter than the {need} its {entries} live entries need"
+                    ),
+                ));
+            }
+            seg_sizes.push(entries);
+            locs.push(Arc::new(Handle {
+                file: f,
+                path: p,
+                map: None,
+            }));
+        }
+        // Every live entry's bytes are backed by the loc files checked above.
+        let length_usize = usize::try_from(length)
+            .map_err(|_| Error::corrupted(&meta_path, "length exceeds the address space"))?;
+        let mut table = Vec::with_capacity(length_usize);
+        let mut buf = vec![0u8; (4 << 20).min(length_usize.saturating_mul(LOC_SIZE))];
+        for (s, (h, &entries)) in locs.iter().zip(&seg_sizes).enumerate() {
+            let mut done = 0u64;
+            while done < entries {
+                let take = (entries - done).min((buf.len() / LOC_SIZE) as u64);
+                let bytes = &mut buf[..take as usize * LOC_SIZE];
+                h.file
+                    .read_at(bytes, done * LOC_SIZE as u64)
+                    .map_err(|e| Error::io(&h.path, "read", e))?;
+                for (k, e) in bytes.chunks_exact(LOC_SIZE).enumerate() {
+                    let loc = Loc::decode(e.try_into().expect("16 bytes"));
+                    let index = s as u64 * seg + done + k as u64;
+                    check_entry(&loc, index, &header, &chunk_ends).map_err(|d| {
+                        Error::corrupted(&h.path, format!("entry of record {index}: {d}"))
+                    })?;
+                    table.push(loc);
+                }
+                done += take;
+            }
+        }
+        let state = State {
+            header,
+            table,
+            chunks,
+            chunk_ends,
+            locs,
+        };
+        Ok(Engine {
+            dir,
+            cfg,
+            codec,
+            read_only,
+            meta: Handle {
+                file: meta,
+                path: meta_path,
+                map: None,
+            },
+            state: RwLock::new(state),
+            len: AtomicU64::new(length),
+            append_lock: Mutex::new(()),
+            poisoned: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn map_chunk(cfg: &EngineConfig, f: &dyn StorageFile) -> Option<Box<dyn Mapping>> {
+        match cfg.read_path {
+            ReadPath::Mmap => f.map(cfg.chunk_capacity),
+            ReadPath::Pread => None,
+        }
+    }
+
+    /// The store directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Committed physical records.
+    pub fn len(&self) -> u64 {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Whether the store holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The store's codec.
+    pub fn codec(&self) -> Codec {
+        self.codec.codec
+    }
+
+    /// The dictionary of a [`Codec::ZstdDict`] store.
+    pub fn dictionary(&self) -> Option<&[u8]> {
+        self.codec.dictionary.as_deref()
+    }
+
+    /// Whether this handle was opened [`OpenMode::ReadOnly`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Makes every committed record durable: fsyncs the chunks, then the loc
+    /// segments, then `meta.zr`. A failure poisons the handle.
+    pub fn sync(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.check_poisoned()?;
+        let _g = self.lock_append();
+        let st = self.read_state();
+        for h in st.chunks.iter().chain(st.locs.iter()) {
+            h.file
+                .sync()
+                .map_err(|e| self.poison(Error::io(&h.path, "sync", e)))?;
+        }
+        self.meta
+            .file
+            .sync()
+            .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))
+    }
+
+    /// Storage usage (physical records; no I/O).
+    pub fn stats(&self) -> Stats {
+        let st = self.read_state();
+        let live_bytes: u64 = st.table.iter().map(|l| u64::from(l.phys_length)).sum();
+        let chunk_bytes: u64 = st.chunk_ends.iter().sum();
+        Stats {
+            records: st.table.len() as u64,
+            live_bytes,
+            chunk_bytes,
+            reclaimable: chunk_bytes.saturating_sub(live_bytes),
+        }
+    }
+
+    pub(crate) fn read_state(&self) -> RwLockReadGuard<'_, State> {
+        // A panic while holding the lock cannot leave `State` half-updated:
+        // it is replaced by plain assignments after all I/O succeeded.
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn write_state(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn lock_append(&self) -> MutexGuard<'_, ()> {
+        self.append_lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn check_poisoned(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned {
+                path: self.dir.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses writes on read-only or poisoned handles.
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly {
+                path: self.dir.clone(),
+            });
+        }
+        self.check_poisoned()
+    }
+
+    /// Marks the handle unusable for writes and passes the error on.
+    pub(crate) fn poison(&self, e: Error) -> Error {
+        self.poisoned.store(true, Ordering::Release);
+        e
+    }
+
+    pub(crate) fn write_header(&self, h: &Header) -> Result<()> {
+        self.meta
+            .file
+            .write_at(&h.encode(), 0)
+            .map_err(|e| self.poison(Error::io(&self.meta.path, "write", e)))
+    }
+
+    pub(crate) fn loc_path(&self, index: u64) -> PathBuf {
+        self.dir
+            .join(format::loc_name(index / self.cfg.loc_segment_entries))
+    }
+}
+
+/// Validates one live entry against the committed frontier.
+fn check_entry(
+    loc: &Loc,
+    _index: u64,
+    header: &Header,
+    chunk_ends: &[u64],
+) -> std::result::Result<(), String> {
+    if loc.phys_length == 0 || loc.logic_length == 0 {
+        return Err("empty record (records are non-empty)".into());
+    }
+    if u64::from(loc.logic_length) > MAX_RECORD_LEN {
+        return Err(format!(
+            "logic_length {} exceeds the 2^31 record limit",
+            loc.logic_length
+        ));
+    }
+    if header.codec == Codec::Raw && loc.phys_length != loc.logic_length {
+        return Err(format!(
+            "raw record with phys_length {} != logic_length {}",
+            loc.phys_length, loc.logic_length
+        ));
+    }
+    if loc.chunk_id > header.tail_chunk {
+        return Err(format!(
+            "chunk_id {} is past tail_chunk {}",
+            loc.chunk_id, header.tail_chunk
+        ));
+    }
+    let end = chunk_ends[loc.chunk_id as usize];
+    if loc.end() > end {
+        return Err(format!(
+            "bytes {}..{} of chunk {} are past its committed end {end}",
+            loc.offset,
+            loc.end(),
+            loc.chunk_id
+        ));
+    }
+    Ok(())
+}

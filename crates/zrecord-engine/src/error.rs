@@ -1,0 +1,93 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the engine. Each variant names the file,
+/// index or argument it concerns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system I/O call failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// The file or directory the call was about.
+        path: PathBuf,
+        /// What was being done ("read", "write", "sync", ...).
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file of the store holds bytes that break the format.
+    #[error("corrupted store file {file}: {detail}")]
+    Corrupted {
+        /// The offending file.
+        file: PathBuf,
+        /// Which field or record, and how it is wrong.
+        detail: String,
+    },
+    /// The directory holds no store (no `meta.zr`).
+    #[error("{path} is not a zrecord store (no meta.zr)")]
+    NotAStore {
+        /// The directory (or missing file) looked at.
+        path: PathBuf,
+    },
+    /// Another handle holds the store's lock.
+    #[error("store {path} is busy: another handle holds its lock")]
+    StoreBusy {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// `create` found files in the target directory.
+    #[error("cannot create a store in {path}: it already holds {file}")]
+    ForeignFiles {
+        /// The directory.
+        path: PathBuf,
+        /// One file found there.
+        file: String,
+    },
+    /// An index at or past the store's length.
+    #[error("record index {index} is out of range for a store of {len} records")]
+    IndexOutOfRange {
+        /// The offending index.
+        index: u64,
+        /// The store's length when checked.
+        len: u64,
+    },
+    /// A caller-supplied argument is inconsistent.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A write operation on a read-only handle.
+    #[error("store {path} is open read-only")]
+    ReadOnly {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// A previous write or sync failed; the in-memory state may no longer
+    /// match the disk, so the handle refuses further writes. Reopen the store.
+    #[error("store {path}: a previous I/O error poisoned this handle; reopen the store")]
+    Poisoned {
+        /// The store directory.
+        path: PathBuf,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            op,
+            source,
+        }
+    }
+
+    pub(crate) fn corrupted(file: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
+        Error::Corrupted {
+            file: file.into(),
+            detail: detail.into(),
+        }
+    }
+}

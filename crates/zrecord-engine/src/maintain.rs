@@ -1,0 +1,271 @@
+//! Delete (swap-last) and in-place compaction.
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::format::{self, Header, LOC_SIZE, Loc};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+impl Engine {
+    /// Deletes the records at `indices` (duplicates tolerated): each hole is
+    /// filled by the last live record, in descending index order, so live
+    /// records stay exactly `0..len`. Survivors may change index.
+    ///
+    /// Not crash-atomic yet: the swapped entries are written before the new
+    /// length (see `docs/format.md`).
+    pub fn delete(&mut self, indices: &[u64]) -> Result<()> {
+        self.delete_groups(indices, 1)
+    }
+
+    /// Deletes groups of `group_size` physical records: group g is records
+    /// `[g * k, g * k + k)`. The store length must be a multiple of `k`.
+    /// Ragged stores delete item pairs with `k = 2`.
+    pub fn delete_groups(&mut self, groups: &[u64], group_size: u64) -> Result<()> {
+        self.check_writable()?;
+        let k = group_size;
+        if k == 0 {
+            return Err(Error::InvalidArgument("group_size must be > 0".into()));
+        }
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let len = st.table.len() as u64;
+        if !len.is_multiple_of(k) {
+            return Err(Error::InvalidArgument(format!(
+                "store length {len} is not a multiple of group size {k}"
+            )));
+        }
+        let ngroups = len / k;
+        for &g in groups {
+            if g >= ngroups {
+                return Err(Error::IndexOutOfRange {
+                    index: g,
+                    len: ngroups,
+                });
+            }
+        }
+        let mut order = groups.to_vec();
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        order.dedup();
+        if order.is_empty() {
+            return Ok(());
+        }
+        // Simulate the swaps over an overlay, so a failure leaves memory as it was.
+        let mut overlay: BTreeMap<u64, Loc> = BTreeMap::new();
+        let mut live = ngroups;
+        for &g in &order {
+            let last = live - 1;
+            if g != last {
+                for j in 0..k {
+                    let from = last * k + j;
+                    let loc = overlay
+                        .get(&from)
+                        .copied()
+                        .unwrap_or(st.table[from as usize]);
+                    overlay.insert(g * k + j, loc);
+                }
+            }
+            live -= 1;
+        }
+        let new_len = live * k;
+        overlay.retain(|&slot, _| slot < new_len);
+
+        // Write the changed entries (coalescing runs), then the header.
+        let seg = self.cfg.loc_segment_entries;
+        let mut run: Vec<u8> = Vec::new();
+        let mut run_start = 0u64;
+        let mut prev: Option<u64> = None;
+        let flush = |start: u64, bytes: &[u8]| -> Result<()> {
+            if bytes.is_empty() {
+                return Ok(());
+            }
+            let h = &st.locs[(start / seg) as usize];
+            h.file
+                .write_at(bytes, (start % seg) * LOC_SIZE as u64)
+                .map_err(|e| {
+                    self.poisoned.store(true, Ordering::Release);
+                    Error::io(&h.path, "write", e)
+                })
+        };
+        for (&slot, loc) in &overlay {
+            let contiguous = prev.is_some_and(|p| p + 1 == slot && slot % seg != 0);
+            if !contiguous {
+                flush(run_start, &run)?;
+                run.clear();
+                run_start = slot;
+            }
+            run.extend_from_slice(&loc.encode());
+            prev = Some(slot);
+        }
+        flush(run_start, &run)?;
+        let header = Header {
+            length: new_len,
+            ..st.header
+        };
+        self.meta.file.write_at(&header.encode(), 0).map_err(|e| {
+            self.poisoned.store(true, Ordering::Release);
+            Error::io(&self.meta.path, "write", e)
+        })?;
+
+        for (slot, loc) in overlay {
+            st.table[slot as usize] = loc;
+        }
+        st.table.truncate(new_len as usize);
+        st.header = header;
+        self.len.store(new_len, Ordering::Release);
+        Ok(())
+    }
+
+    /// Reclaims the bytes of deleted records, in place: live records are
+    /// visited in physical order and each moves only backwards, its entry
+    /// rewritten as it lands; then the tail chunk is truncated and chunks
+    /// and loc segments past the live data are removed. Safe to re-run after
+    /// an interruption.
+    pub fn compact(&mut self) -> Result<()> {
+        self.compact_steps(u64::MAX).map(|_| ())
+    }
+
+    /// Compaction that stops after moving `max_moves` records (a test hook
+    /// for interruption). Returns whether it finished.
+    #[doc(hidden)]
+    pub fn compact_steps(&mut self, max_moves: u64) -> Result<bool> {
+        self.check_writable()?;
+        let cap = self.cfg.chunk_capacity;
+        let seg = self.cfg.loc_segment_entries;
+        let vfs = self.cfg.vfs.clone();
+        let dir = self.dir.clone();
+        let poisoned = &self.poisoned;
+        let poison = |e: Error| {
+            poisoned.store(true, Ordering::Release);
+            e
+        };
+        let loc_path = |i: u64| dir.join(format::loc_name(i / seg));
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+
+        // Physical order; overlapping entries make the store unsafe to move.
+        let mut order: Vec<u64> = (0..st.table.len() as u64).collect();
+        order.sort_unstable_by_key(|&i| {
+            let l = st.table[i as usize];
+            (l.chunk_id, l.offset)
+        });
+        for w in order.windows(2) {
+            let (a, b) = (st.table[w[0] as usize], st.table[w[1] as usize]);
+            if a.chunk_id == b.chunk_id && a.end() > u64::from(b.offset) {
+                return Err(Error::corrupted(
+                    loc_path(w[1]),
+                    format!("records {} and {} share stored bytes", w[0], w[1]),
+                ));
+            }
+        }
+
+        let mut chunk = 0u32;
+        let mut off = 0u64;
+        let mut moves = 0u64;
+        let mut buf: Vec<u8> = Vec::new();
+        for &i in &order {
+            let loc = st.table[i as usize];
+            let phys = u64::from(loc.phys_length);
+            let (mut c, mut o) = format::place(chunk, off, phys, cap)
+                .ok_or_else(|| Error::corrupted(loc_path(i), "record cannot be placed"))?;
+            // Never move forwards (a record placed against the rule stays).
+            if (c, o) > (loc.chunk_id, u64::from(loc.offset)) {
+                (c, o) = (loc.chunk_id, u64::from(loc.offset));
+            }
+            if (c, o) != (loc.chunk_id, u64::from(loc.offset)) {
+                if moves == max_moves {
+                    return Ok(false);
+                }
+                let src = &st.chunks[loc.chunk_id as usize];
+                buf.resize(phys as usize, 0);
+                src.file
+                    .read_at(&mut buf, u64::from(loc.offset))
+                    .map_err(|e| poison(Error::io(&src.path, "read", e)))?;
+                let dst = &st.chunks[c as usize];
+                dst.file
+                    .write_at(&buf, o)
+                    .map_err(|e| poison(Error::io(&dst.path, "write", e)))?;
+                let new = Loc {
+                    offset: o as u32,
+                    chunk_id: c,
+                    ..loc
+                };
+                let h = &st.locs[(i / seg) as usize];
+                h.file
+                    .write_at(&new.encode(), (i % seg) * LOC_SIZE as u64)
+                    .map_err(|e| poison(Error::io(&h.path, "write", e)))?;
+                st.table[i as usize] = new;
+                moves += 1;
+            }
+            chunk = c;
+            off = o + phys;
+        }
+
+        // Moved bytes and entries durable before the header shrinks the frontier.
+        for h in st.chunks.iter().chain(st.locs.iter()) {
+            h.file
+                .sync()
+                .map_err(|e| poison(Error::io(&h.path, "sync", e)))?;
+        }
+        let header = Header {
+            tail_chunk: chunk,
+            tail_offset: off as u32,
+            ..st.header
+        };
+        self.meta
+            .file
+            .write_at(&header.encode(), 0)
+            .and_then(|_| self.meta.file.sync())
+            .map_err(|e| poison(Error::io(&self.meta.path, "write", e)))?;
+        st.header = header;
+
+        // Release the space: truncate the tail chunk, drop later chunks.
+        let tail = &st.chunks[chunk as usize];
+        tail.file
+            .set_len(off)
+            .map_err(|e| poison(Error::io(&tail.path, "truncate", e)))?;
+        while st.chunks.len() > chunk as usize + 1 {
+            let h = st.chunks.pop().expect("nonempty");
+            st.chunk_ends.pop();
+            let p = h.path.clone();
+            drop(h);
+            vfs.remove(&p)
+                .map_err(|e| poison(Error::io(&p, "remove", e)))?;
+        }
+        st.chunk_ends[chunk as usize] = off;
+        // Loc segments: keep exactly what `length` needs.
+        let len = st.table.len() as u64;
+        let nseg = len.div_ceil(seg) as usize;
+        while st.locs.len() > nseg {
+            let h = st.locs.pop().expect("nonempty");
+            let p = h.path.clone();
+            drop(h);
+            vfs.remove(&p)
+                .map_err(|e| poison(Error::io(&p, "remove", e)))?;
+        }
+        // Stray segments past those opened (left by an earlier failure).
+        let names = vfs.list_dir(&dir).map_err(|e| Error::io(&dir, "list", e))?;
+        for n in names {
+            if let Some(s) = format::parse_numbered(&n, "loc")
+                && s >= nseg as u64
+            {
+                let p = dir.join(&n);
+                vfs.remove(&p)
+                    .map_err(|e| poison(Error::io(&p, "remove", e)))?;
+            }
+            if let Some(c) = format::parse_numbered(&n, "chunk")
+                && c > u64::from(chunk)
+            {
+                let p = dir.join(&n);
+                vfs.remove(&p)
+                    .map_err(|e| poison(Error::io(&p, "remove", e)))?;
+            }
+        }
+        if let Some(h) = st.locs.last() {
+            let keep = (len - (nseg as u64 - 1) * seg) * LOC_SIZE as u64;
+            h.file
+                .set_len(keep)
+                .map_err(|e| poison(Error::io(&h.path, "truncate", e)))?;
+        }
+        vfs.sync_dir(&dir)
+            .map_err(|e| poison(Error::io(&dir, "sync directory", e)))?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,277 @@
+//! The one seam for file I/O.
+//!
+//! Every byte the engine reads or writes goes through [`Vfs`] and
+//! [`StorageFile`]. [`RealVfs`] is the production implementation over
+//! `std::fs`; tests can supply a simulated one (crash images, injected
+//! faults) through `EngineConfig::vfs`.
+
+use std::fmt::Debug;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// How to open a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenFlags {
+    /// Read only; the file must exist.
+    Read,
+    /// Read and write; the file must exist.
+    ReadWrite,
+    /// Read and write; created if missing, kept if present.
+    Create,
+    /// Read and write; created if missing, truncated if present.
+    CreateTruncate,
+    /// Read and write; fails if the file exists.
+    CreateNew,
+}
+
+/// A read-only view of a whole file's address range, for the mmap gather path.
+pub trait Mapping: Send + Sync + Debug {
+    /// The mapped bytes. Only ranges inside the file's current length may be
+    /// touched (the mapping may extend past the end of the file).
+    fn bytes(&self) -> &[u8];
+}
+
+/// One open file.
+#[allow(clippy::len_without_is_empty)]
+pub trait StorageFile: Send + Sync + Debug {
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Fills `buf` from `offset`; a short file is an `UnexpectedEof` error.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`, extending the file if needed.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Writes the buffers back to back starting at `offset`.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let mut off = offset;
+        for b in bufs {
+            self.write_at(b, off)?;
+            off += b.len() as u64;
+        }
+        Ok(())
+    }
+    /// Truncates or extends the file.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes the file's data durable.
+    fn sync(&self) -> io::Result<()>;
+    /// Takes a non-blocking advisory lock; `Ok(false)` when another holder
+    /// prevents it. The lock is released when the file is dropped.
+    fn try_lock(&self, exclusive: bool) -> io::Result<bool>;
+    /// Maps `len` bytes of address space over the file, if the backend can.
+    fn map(&self, _len: u64) -> Option<Box<dyn Mapping>> {
+        None
+    }
+}
+
+/// A file system: opens files and edits directories.
+pub trait Vfs: Send + Sync + Debug {
+    /// Opens (or creates) a file.
+    fn open(&self, path: &Path, flags: OpenFlags) -> io::Result<Box<dyn StorageFile>>;
+    /// Whether a file exists.
+    fn exists(&self, path: &Path) -> io::Result<bool>;
+    /// Removes a file.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Renames a file, replacing the target.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Names of the entries of a directory (`NotFound` if it does not exist).
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// `mkdir -p`.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Makes a directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealVfs;
+
+#[derive(Debug)]
+struct RealFile {
+    file: File,
+}
+
+#[derive(Debug)]
+struct RealMapping(memmap2::Mmap);
+
+impl Mapping for RealMapping {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl StorageFile for RealFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.file.write_all_at(buf, offset)
+    }
+
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // pwritev takes at most IOV_MAX (1024) buffers; callers group by
+        // bytes, this loop also handles short writes.
+        let mut idx = 0usize;
+        let mut skip = 0usize; // bytes of bufs[idx] already written
+        let mut off = offset;
+        while idx < bufs.len() {
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity((bufs.len() - idx).min(1024));
+            for (k, b) in bufs[idx..].iter().take(1024).enumerate() {
+                let s = if k == 0 { &b[skip..] } else { &b[..] };
+                iov.push(libc::iovec {
+                    iov_base: s.as_ptr() as *mut libc::c_void,
+                    iov_len: s.len(),
+                });
+            }
+            let off_t = libc::off_t::try_from(off)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+            // SAFETY: every iovec points into a live `&[u8]` borrowed for the
+            // duration of this call (pwritev only reads from them), the count
+            // matches the vector's length, and the fd is owned by `self.file`.
+            let n = unsafe {
+                libc::pwritev(
+                    self.file.as_raw_fd(),
+                    iov.as_ptr(),
+                    iov.len() as libc::c_int,
+                    off_t,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 && iov.iter().any(|v| v.iov_len > 0) {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "pwritev wrote 0 bytes",
+                ));
+            }
+            let mut n = n as usize;
+            off += n as u64;
+            // Advance over the fully written buffers.
+            while idx < bufs.len() {
+                let rest = bufs[idx].len() - skip;
+                if n >= rest {
+                    n -= rest;
+                    idx += 1;
+                    skip = 0;
+                } else {
+                    skip += n;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn try_lock(&self, exclusive: bool) -> io::Result<bool> {
+        let r = if exclusive {
+            self.file.try_lock()
+        } else {
+            self.file.try_lock_shared()
+        };
+        match r {
+            Ok(()) => Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+
+    fn map(&self, len: u64) -> Option<Box<dyn Mapping>> {
+        let len = usize::try_from(len).ok()?;
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: the mapping is read-only and shared. The engine only reads
+        // ranges that a validated, committed location entry points to, which
+        // lie inside the file (checked on open against the file's length, and
+        // written before the commit for appends); compaction truncates only
+        // under `&mut Engine`, when no gather can run. Another process
+        // truncating the file would fault the reader, which the store lock
+        // excludes for cooperating processes.
+        let m = unsafe { memmap2::MmapOptions::new().len(len).map(&self.file) }.ok()?;
+        Some(Box::new(RealMapping(m)))
+    }
+}
+
+impl Vfs for RealVfs {
+    fn open(&self, path: &Path, flags: OpenFlags) -> io::Result<Box<dyn StorageFile>> {
+        let mut o = OpenOptions::new();
+        match flags {
+            OpenFlags::Read => o.read(true),
+            OpenFlags::ReadWrite => o.read(true).write(true),
+            OpenFlags::Create => o.read(true).write(true).create(true),
+            OpenFlags::CreateTruncate => o.read(true).write(true).create(true).truncate(true),
+            OpenFlags::CreateNew => o.read(true).write(true).create_new(true),
+        };
+        Ok(Box::new(RealFile {
+            file: o.open(path)?,
+        }))
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        path.try_exists()
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            names.push(e?.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectored_write_lands_back_to_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = RealVfs
+            .open(&dir.path().join("f"), OpenFlags::CreateNew)
+            .unwrap();
+        let bufs: Vec<Vec<u8>> = (0..2000u32).map(|i| vec![(i % 251) as u8; 3]).collect();
+        let refs: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
+        f.write_vectored_at(&refs, 5).unwrap();
+        let mut out = vec![0u8; 6000];
+        f.read_at(&mut out, 5).unwrap();
+        assert_eq!(out, bufs.concat());
+        assert_eq!(f.len().unwrap(), 6005);
+    }
+}
