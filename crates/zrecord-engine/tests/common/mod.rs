@@ -1,0 +1,111 @@
+//! Helpers shared by the integration tests: deterministic data, tiny
+//! capacities, and an in-memory model of a store.
+#![allow(dead_code)]
+
+use std::path::Path;
+use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, OpenMode, ReadPath};
+
+/// A small deterministic generator (splitmix64).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A compressible record: a repeating pattern seeded by `tag`.
+pub fn record(tag: u64, len: usize) -> Vec<u8> {
+    let mut r = Rng(tag);
+    let alphabet: Vec<u8> = (0..4).map(|_| r.next() as u8).collect();
+    (0..len)
+        .map(|i| alphabet[(i / 3 + (r.next() % 7 == 0) as usize) % 4] ^ (tag as u8))
+        .collect()
+}
+
+/// Tiny capacities: chunk rollover and loc segments after a few records.
+pub fn tiny(read_path: ReadPath) -> EngineConfig {
+    EngineConfig {
+        chunk_capacity: 300,
+        loc_segment_entries: 4,
+        flush_bytes: 64,
+        read_path,
+        ..EngineConfig::default()
+    }
+}
+
+/// A dictionary trained on records like the ones [`record`] makes.
+pub fn dictionary() -> Vec<u8> {
+    let mut samples = Vec::new();
+    let mut sizes = Vec::new();
+    for t in 0..300 {
+        let r = record(t, 64 + (t as usize % 50));
+        sizes.push(r.len());
+        samples.extend_from_slice(&r);
+    }
+    zrecord_engine::train_dictionary(&samples, &sizes, 2048).expect("train")
+}
+
+pub fn options(codec: Codec) -> CreateOptions {
+    match codec {
+        Codec::ZstdDict => CreateOptions::with_dictionary(dictionary()),
+        c => CreateOptions::new(c),
+    }
+}
+
+pub const CODECS: [Codec; 3] = [Codec::Raw, Codec::Zstd, Codec::ZstdDict];
+
+/// Reads every record of `e` with gather_var and compares with `model`.
+pub fn assert_matches(e: &Engine, model: &[Vec<u8>]) {
+    assert_eq!(e.len(), model.len() as u64, "length");
+    let idx: Vec<u64> = (0..model.len() as u64).rev().collect();
+    let mut lens = vec![0u64; idx.len()];
+    e.record_lengths(&idx, &mut lens, None).unwrap();
+    let mut offsets = vec![0usize];
+    for l in &lens {
+        offsets.push(offsets.last().unwrap() + *l as usize);
+    }
+    let mut dst = vec![0u8; *offsets.last().unwrap()];
+    e.gather_var(&idx, &mut dst, &offsets).unwrap();
+    for (k, &i) in idx.iter().enumerate() {
+        assert_eq!(
+            &dst[offsets[k]..offsets[k + 1]],
+            &model[i as usize][..],
+            "record {i}"
+        );
+    }
+}
+
+pub fn reopen(dir: &Path, cfg: &EngineConfig) -> Engine {
+    Engine::open_with(dir, OpenMode::ReadWrite, cfg.clone()).expect("reopen")
+}
+
+/// Sum of the sizes of files with `ext` in `dir`.
+pub fn bytes_of(dir: &Path, ext: &str) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().extension().is_some_and(|x| x == ext))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+pub fn count_files(dir: &Path, ext: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == ext)
+        })
+        .count()
+}

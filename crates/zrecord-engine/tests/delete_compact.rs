@@ -1,0 +1,217 @@
+//! Guards against delete and compaction losing, duplicating or garbling
+//! records: swap-last patterns (duplicates, everything, the tail only,
+//! grouped pairs), compaction with bit-exact survivors and shrunk files,
+//! compaction interrupted after every record and re-run, and a reopen after
+//! every operation.
+
+mod common;
+use common::*;
+use zrecord_engine::{Codec, Engine, EngineConfig, Error, ReadPath};
+
+/// The reference semantics of swap-last delete on a model.
+fn model_delete(model: &mut Vec<Vec<u8>>, idx: &[u64], k: usize) {
+    let mut g: Vec<u64> = idx.to_vec();
+    g.sort_unstable_by(|a, b| b.cmp(a));
+    g.dedup();
+    for gi in g {
+        let n = model.len() / k;
+        let last = n - 1;
+        for j in 0..k {
+            model.swap(gi as usize * k + j, last * k + j);
+        }
+        model.truncate(last * k);
+    }
+}
+
+fn filled(codec: Codec, cfg: &EngineConfig, n: u64) -> (tempfile::TempDir, Engine, Vec<Vec<u8>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::create_with(dir.path(), &options(codec), cfg.clone()).unwrap();
+    let recs: Vec<Vec<u8>> = (0..n)
+        .map(|t| record(t, 10 + (t as usize * 13) % 70))
+        .collect();
+    let mut offsets = vec![0];
+    for r in &recs {
+        offsets.push(offsets.last().unwrap() + r.len());
+    }
+    e.append_var(&recs.concat(), &offsets).unwrap();
+    (dir, e, recs)
+}
+
+#[test]
+fn delete_patterns_match_swap_last() {
+    let patterns: Vec<Vec<u64>> = vec![
+        vec![3, 3, 3, 7, 0, 7],       // duplicates
+        (0..30).collect(),            // everything
+        vec![29, 28, 27],             // the tail only
+        vec![0],                      // the head
+        (0..30).step_by(2).collect(), // every other
+        vec![],
+    ];
+    for codec in CODECS {
+        for p in &patterns {
+            let cfg = tiny(ReadPath::Mmap);
+            let (dir, mut e, mut model) = filled(codec, &cfg, 30);
+            e.delete(p).unwrap();
+            model_delete(&mut model, p, 1);
+            assert_matches(&e, &model);
+            drop(e);
+            let e = reopen(dir.path(), &cfg);
+            assert_matches(&e, &model);
+        }
+    }
+}
+
+#[test]
+fn delete_rejects_out_of_range_without_changing_anything() {
+    let cfg = tiny(ReadPath::Pread);
+    let (_dir, mut e, model) = filled(Codec::Raw, &cfg, 5);
+    assert!(matches!(
+        e.delete(&[1, 5]),
+        Err(Error::IndexOutOfRange { index: 5, len: 5 })
+    ));
+    assert_matches(&e, &model);
+    assert!(matches!(
+        e.delete_groups(&[0], 2),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn grouped_delete_moves_pairs_together() {
+    for codec in CODECS {
+        let cfg = tiny(ReadPath::Mmap);
+        let (dir, mut e, mut model) = filled(codec, &cfg, 24);
+        let groups = [11, 0, 5, 5, 10];
+        e.delete_groups(&groups, 2).unwrap();
+        model_delete(&mut model, &groups, 2);
+        assert_matches(&e, &model);
+        drop(e);
+        assert_matches(&reopen(dir.path(), &cfg), &model);
+    }
+}
+
+#[test]
+fn compact_keeps_survivors_and_shrinks_files() {
+    for codec in CODECS {
+        let cfg = tiny(ReadPath::Mmap);
+        let (dir, mut e, mut model) = filled(codec, &cfg, 40);
+        let before_chunks = bytes_of(dir.path(), "chunk");
+        let before_nchunks = count_files(dir.path(), "chunk");
+        let del: Vec<u64> = (0..40).filter(|i| i % 3 != 0).collect();
+        e.delete(&del).unwrap();
+        model_delete(&mut model, &del, 1);
+        let s = e.stats();
+        assert!(s.reclaimable > 0);
+        e.compact().unwrap();
+        assert_matches(&e, &model);
+        let s2 = e.stats();
+        assert_eq!(s2.live_bytes, s.live_bytes);
+        assert!(s2.chunk_bytes < s.chunk_bytes);
+        assert_eq!(bytes_of(dir.path(), "chunk"), s2.chunk_bytes);
+        assert!(bytes_of(dir.path(), "chunk") < before_chunks);
+        assert!(count_files(dir.path(), "chunk") < before_nchunks);
+        // Loc segments hold exactly the live entries.
+        assert_eq!(bytes_of(dir.path(), "loc"), model.len() as u64 * 16);
+        assert_eq!(count_files(dir.path(), "loc"), model.len().div_ceil(4));
+        drop(e);
+        let mut e = reopen(dir.path(), &cfg);
+        assert_matches(&e, &model);
+        // Appends continue at the compacted frontier.
+        let extra = record(99, 33);
+        e.append_fixed(&extra, 33).unwrap();
+        model.push(extra);
+        assert_matches(&e, &model);
+    }
+}
+
+#[test]
+fn compact_after_deleting_everything_leaves_a_fresh_store() {
+    let cfg = tiny(ReadPath::Mmap);
+    let (dir, mut e, _) = filled(Codec::Zstd, &cfg, 20);
+    let all: Vec<u64> = (0..20).collect();
+    e.delete(&all).unwrap();
+    e.compact().unwrap();
+    assert_eq!(e.stats().chunk_bytes, 0);
+    drop(e);
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["0.chunk", "meta.zr"]);
+    assert_eq!(bytes_of(dir.path(), "chunk"), 0);
+    assert_matches(&reopen(dir.path(), &cfg), &[]);
+}
+
+#[test]
+fn compact_interrupted_after_each_record_then_rerun() {
+    for codec in [Codec::Raw, Codec::ZstdDict] {
+        let cfg = tiny(ReadPath::Pread);
+        let (dir0, mut e0, mut model) = filled(codec, &cfg, 30);
+        let del: Vec<u64> = vec![0, 2, 3, 11, 17, 18, 19, 25];
+        e0.delete(&del).unwrap();
+        model_delete(&mut model, &del, 1);
+        e0.sync().unwrap();
+        drop(e0);
+        // Count the moves a full compaction makes.
+        let mut moves = 0u64;
+        loop {
+            // A fresh copy of the deleted-but-uncompacted store each round.
+            let dir = tempfile::tempdir().unwrap();
+            for f in std::fs::read_dir(dir0.path()).unwrap() {
+                let f = f.unwrap();
+                std::fs::copy(f.path(), dir.path().join(f.file_name())).unwrap();
+            }
+            let mut e = reopen(dir.path(), &cfg);
+            let done = e.compact_steps(moves).unwrap();
+            assert_matches(&e, &model);
+            drop(e);
+            // Reopen the interrupted store, check it, and finish the job.
+            let mut e = reopen(dir.path(), &cfg);
+            assert_matches(&e, &model);
+            e.compact().unwrap();
+            assert_matches(&e, &model);
+            drop(e);
+            assert_matches(&reopen(dir.path(), &cfg), &model);
+            if done {
+                break;
+            }
+            moves += 1;
+        }
+        assert!(moves > 3, "the scenario moves several records ({moves})");
+    }
+}
+
+#[test]
+fn reopen_after_every_operation() {
+    let cfg = tiny(ReadPath::Mmap);
+    for codec in CODECS {
+        let dir = tempfile::tempdir().unwrap();
+        let mut model: Vec<Vec<u8>> = Vec::new();
+        let mut e = Engine::create_with(dir.path(), &options(codec), cfg.clone()).unwrap();
+        let mut rng = Rng(7);
+        for step in 0..40u64 {
+            match rng.below(4) {
+                0 | 1 => {
+                    let n = 1 + rng.below(5) as usize;
+                    let w = 1 + rng.below(60) as usize;
+                    let recs: Vec<Vec<u8>> =
+                        (0..n).map(|k| record(step * 10 + k as u64, w)).collect();
+                    e.append_fixed(&recs.concat(), w).unwrap();
+                    model.extend(recs);
+                }
+                2 if !model.is_empty() => {
+                    let d: Vec<u64> = (0..1 + rng.below(3))
+                        .map(|_| rng.below(model.len() as u64))
+                        .collect();
+                    e.delete(&d).unwrap();
+                    model_delete(&mut model, &d, 1);
+                }
+                _ => e.compact().unwrap(),
+            }
+            drop(e);
+            e = reopen(dir.path(), &cfg);
+            assert_matches(&e, &model);
+        }
+    }
+}
