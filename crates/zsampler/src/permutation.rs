@@ -10,14 +10,20 @@
 //! inside; since the network is a permutation of the domain, this restricts
 //! it to a permutation of `0..n`, with fewer than 2 passes on average.
 //!
-//! The round function is a keyed multiply–xorshift–multiply hash whose top
-//! bits are kept; with [`ROUNDS`] rounds every output bit depends on every
-//! input bit several times over.
+//! Both halves are at most 32 bits wide, so the round function is a keyed
+//! 32-bit multiply–xorshift–multiply hash whose top bits are kept; with
+//! [`ROUNDS`] rounds every output bit depends on every input bit several
+//! times over. Batches are computed [`LANES`] positions side by side.
 
 use crate::counter::{GAMMA, mix64};
 
 /// Feistel rounds. Even, so the half widths are back where they started.
 pub(crate) const ROUNDS: usize = 6;
+
+/// Positions computed side by side in [`Permutation::fill`]: independent
+/// lanes give the CPU instruction-level parallelism and let the compiler
+/// vectorize the 32-bit round function.
+const LANES: usize = 16;
 
 /// A keyed permutation of `0..n` that stores nothing the size of `n`.
 ///
@@ -39,11 +45,11 @@ pub(crate) const ROUNDS: usize = 6;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Permutation {
     n: u64,
-    /// Width of the left half at round 0 (the larger half).
+    /// Width of the left half at round 0 (the larger half), 1..=32.
     left: u32,
-    /// Width of the right half at round 0.
+    /// Width of the right half at round 0, 1..=32.
     right: u32,
-    keys: [u64; ROUNDS],
+    keys: [u32; ROUNDS],
 }
 
 #[inline(always)]
@@ -52,14 +58,15 @@ const fn mask(width: u32) -> u64 {
     (1u64 << width) - 1
 }
 
-/// The round function: `width` pseudo-random bits of `(x, key)`.
+/// The round function: `width` (1..=32) pseudo-random bits of `(x, key)`,
+/// a keyed 32-bit multiply–xorshift hash whose top bits are kept (the
+/// top bits of a product depend on every bit of the input).
 #[inline(always)]
-const fn round_fn(x: u64, key: u64, width: u32) -> u64 {
-    let mut h = (x ^ key).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h ^= h >> 32;
-    h = h.wrapping_mul(0xd6e8_feb8_6659_fd93);
-    // 1 <= width <= 32: the top bits are the best mixed.
-    h >> (64 - width)
+const fn round_fn(x: u32, key: u32, width: u32) -> u32 {
+    let mut h = (x ^ key).wrapping_mul(0x9e37_79b1);
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca77);
+    h >> (32 - width)
 }
 
 impl Permutation {
@@ -80,11 +87,9 @@ impl Permutation {
         let right = bits / 2;
         let left = bits - right;
         let base = mix64(key ^ 0x0805_9b1b_5c3c_2d7e);
-        let mut keys = [0u64; ROUNDS];
-        let mut i = 0;
-        while i < ROUNDS {
-            keys[i] = mix64(base.wrapping_add((i as u64 + 1).wrapping_mul(GAMMA)));
-            i += 1;
+        let mut keys = [0u32; ROUNDS];
+        for (i, k) in keys.iter_mut().enumerate() {
+            *k = (mix64(base.wrapping_add((i as u64 + 1).wrapping_mul(GAMMA))) >> 32) as u32;
         }
         Permutation {
             n,
@@ -106,44 +111,85 @@ impl Permutation {
 
     /// One pass of the Feistel network over the `bits`-bit domain.
     #[inline(always)]
-    fn encrypt(&self, mut x: u64) -> u64 {
+    fn encrypt(&self, x: u64) -> u64 {
         let (mut wl, mut wr) = (self.left, self.right);
+        let mut l = (x >> wr) as u32;
+        let mut r = (x & mask(wr)) as u32;
         for &k in &self.keys {
-            let l = x >> wr;
-            let r = x & mask(wr);
-            x = (r << wl) | (l ^ round_fn(r, k, wl));
+            // (L, R) with widths (wl, wr) -> (R, L ^ F(R)) with widths (wr, wl).
+            (l, r) = (r, l ^ round_fn(r, k, wl));
             (wl, wr) = (wr, wl);
         }
-        x
+        (u64::from(l) << wr) | u64::from(r)
     }
 
     /// The inverse of [`Self::encrypt`].
-    fn decrypt(&self, mut x: u64) -> u64 {
+    fn decrypt(&self, x: u64) -> u64 {
         // After an even number of rounds the widths are (left, right) again;
         // undo rounds last to first. Round i took widths (wl, wr) to (wr, wl).
+        let mut l = (x >> self.right) as u32;
+        let mut r = (x & mask(self.right)) as u32;
         for (i, &k) in self.keys.iter().enumerate().rev() {
-            let (wl, wr) = if i % 2 == 0 {
-                (self.left, self.right)
-            } else {
-                (self.right, self.left)
-            };
-            let r = x >> wl;
-            let l = (x & mask(wl)) ^ round_fn(r, k, wl);
-            x = (l << wr) | r;
+            let wl = if i % 2 == 0 { self.left } else { self.right };
+            // Output (R, L ^ F(R)): recover R, then L.
+            (l, r) = (r ^ round_fn(l, k, wl), l);
         }
-        x
+        (u64::from(l) << self.right) | u64::from(r)
     }
 
     /// The value at position `i`, for `i < n` (no bounds check).
     #[inline(always)]
     pub(crate) fn apply(&self, i: u64) -> u64 {
-        let mut x = self.encrypt(i);
-        // Cycle walking: terminates because the network's cycle through `i`
-        // returns to `i < n`.
+        self.walk(self.encrypt(i))
+    }
+
+    /// Cycle walking: terminates because the network's cycle through the
+    /// starting position returns to a value below `n`.
+    #[inline(always)]
+    fn walk(&self, mut x: u64) -> u64 {
         while x >= self.n {
             x = self.encrypt(x);
         }
         x
+    }
+
+    /// `out[j] = apply(first + j)`, computed [`LANES`] positions at a time.
+    /// Requires `first + out.len() <= n`.
+    pub(crate) fn fill(&self, first: u64, out: &mut [u64]) {
+        let mut chunks = out.chunks_exact_mut(LANES);
+        let mut pos = first;
+        for chunk in &mut chunks {
+            let mut l = [0u32; LANES];
+            let mut r = [0u32; LANES];
+            let (wl, wr) = (self.left, self.right);
+            for j in 0..LANES {
+                let x = pos + j as u64;
+                l[j] = (x >> wr) as u32;
+                r[j] = (x & mask(wr)) as u32;
+            }
+            // Two rounds at a time, in place: (L, R) -> (R, L ^ F0(R)) ->
+            // (L ^ F0(R), R ^ F1(L ^ F0(R))), so the halves keep their widths.
+            for pair in self.keys.chunks_exact(2) {
+                for j in 0..LANES {
+                    l[j] ^= round_fn(r[j], pair[0], wl);
+                }
+                for j in 0..LANES {
+                    r[j] ^= round_fn(l[j], pair[1], wr);
+                }
+            }
+            for (j, o) in chunk.iter_mut().enumerate() {
+                *o = (u64::from(l[j]) << wr) | u64::from(r[j]);
+            }
+            for o in chunk.iter_mut() {
+                if *o >= self.n {
+                    *o = self.walk(self.encrypt(*o));
+                }
+            }
+            pos += LANES as u64;
+        }
+        for (o, i) in chunks.into_remainder().iter_mut().zip(pos..) {
+            *o = self.apply(i);
+        }
     }
 
     /// The value at position `i`, or `None` when `i >= n`.

@@ -296,10 +296,7 @@ impl Sampler {
                 (cycle, pos + self.lo as u64)
             }
         };
-        let perm = self.permutation(cycle);
-        for (o, i) in out.iter_mut().zip(first..) {
-            *o = perm.apply(i);
-        }
+        self.permutation(cycle).fill(first, out);
     }
 
     /// The permutation cyclic mode walks in `cycle`: `batch_at(step)` in
