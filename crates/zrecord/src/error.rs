@@ -133,6 +133,101 @@ pub enum Error {
         /// What overflowed.
         detail: String,
     },
+
+    /// The byte engine below reported an error (it names the file, record
+    /// or argument).
+    #[error(transparent)]
+    Engine(#[from] zrecord_engine::Error),
+
+    /// A record index outside `0..len` (negative indices already wrapped).
+    #[error("index {index} is out of range for a store of {len} records")]
+    IndexOutOfRange {
+        /// The index as the caller gave it.
+        index: i128,
+        /// The store's length.
+        len: u64,
+    },
+
+    /// There is no store at `path` (neither `meta.zr` nor `store.zr`).
+    #[error("{} is not a zrecord store", path.display())]
+    NotAStore {
+        /// The directory.
+        path: PathBuf,
+    },
+
+    /// A store's typed header (`store.zr`) is missing, malformed or
+    /// inconsistent with the engine files.
+    #[error("{}: {detail}", file.display())]
+    BadStore {
+        /// The file at fault (usually `store.zr`).
+        file: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// A store is dense where ragged was asked, or the reverse.
+    #[error("{}: is a {stored} store, asked for {asked}", path.display())]
+    KindMismatch {
+        /// The store directory.
+        path: PathBuf,
+        /// The stored kind (`"dense"` / `"ragged"`).
+        stored: &'static str,
+        /// The asked kind.
+        asked: &'static str,
+    },
+
+    /// A store uses one codec where another was asked.
+    #[error("{}: holds codec {stored}, asked for {asked}", path.display())]
+    CodecMismatch {
+        /// The store directory.
+        path: PathBuf,
+        /// The stored codec name.
+        stored: &'static str,
+        /// The asked codec name.
+        asked: &'static str,
+    },
+
+    /// A ragged record with no elements (the format stores only non-empty
+    /// records).
+    #[error("record {position} of the batch is empty; records must hold at least one element")]
+    EmptyRecord {
+        /// Position of the record in the appended batch.
+        position: usize,
+    },
+
+    /// A ragged record's payload length disagrees with its shape.
+    #[error("record {position} of the batch: shape {shape:?} of {itemsize}-byte items needs {expected:?} bytes (None: overflow), payload has {found}")]
+    RecordSize {
+        /// Position of the record in the appended batch.
+        position: usize,
+        /// The record's shape.
+        shape: Vec<u64>,
+        /// Bytes per element.
+        itemsize: usize,
+        /// `product(shape) * itemsize`, if it does not overflow.
+        expected: Option<u64>,
+        /// Payload bytes given.
+        found: usize,
+    },
+
+    /// A stored record breaks the typed contract (a ragged shape record that
+    /// disagrees with its payload).
+    #[error("{}: record {index} is corrupted: {detail}", path.display())]
+    Corrupted {
+        /// The store directory.
+        path: PathBuf,
+        /// The logical record index.
+        index: u64,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// Streams that must have equal lengths do not.
+    #[error("streams differ in length: {}", lengths.iter().map(|(n, l)| format!("{n}={l}")).collect::<Vec<_>>().join(", "))]
+    LengthMismatch {
+        /// Every stream's name and length, in the order given.
+        lengths: Vec<(String, u64)>,
+    },
 }
 
 /// What is wrong with a `.npy` header (see [`Error::NpyHeader`]).

@@ -17,8 +17,19 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod dense;
 pub mod dtype;
 pub mod error;
+pub mod index;
+pub mod ragged;
 
 pub use dtype::{Bool, ByteOrder, Complex, DType, Element, Field, Identity, ScalarKind};
 pub use error::{Error, NpyHeaderProblem, Result};
+mod store;
+
+pub use dense::{DenseCore, DenseStore};
+pub use index::{Indices, resolve};
+pub use ragged::{RaggedBatch, RaggedCore, RaggedStore};
+pub use store::{OpenOptions, check_equal_lengths, probe};
+pub use zrecord_engine::typed_header::Kind;
+pub use zrecord_engine::{Codec, CreateOptions, Stats};

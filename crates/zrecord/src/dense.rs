@@ -1,0 +1,467 @@
+//! Dense stores: every record is one array of a fixed dtype and item shape.
+//!
+//! [`DenseCore`] knows its dtype at run time and moves bytes (what the
+//! Python binding uses, and the only way to store structured or big-endian
+//! dtypes); [`DenseStore<T>`] is the typed handle over it for Rust users,
+//! reading and writing `ndarray` arrays.
+//!
+//! Bytes are stored exactly as given: a big-endian dtype (`>f4`) stores
+//! big-endian bytes, the same bytes NumPy holds for such an array, and the
+//! identity records the byte order, so a reader sees the same dtype.
+
+use std::borrow::Cow;
+use std::marker::PhantomData;
+use std::path::Path;
+
+use ndarray::{ArrayD, ArrayView, ArrayViewMut, Dimension, IxDyn};
+use zrecord_engine::typed_header::Kind;
+use zrecord_engine::{Codec, CreateOptions, Engine, Stats};
+
+use crate::dtype::{DType, Element, encode_identity_dense};
+use crate::error::{Error, Result};
+use crate::index::{Indices, resolve};
+use crate::store::{self, OpenOptions};
+
+/// Largest record the format holds (2^31 bytes).
+const MAX_RECORD_BYTES: u64 = 1 << 31;
+
+/// An untyped dense store: dtype and item shape known at run time, records
+/// in and out as bytes (C order, the dtype's own byte layout).
+///
+/// `Send + Sync`: gathers and appends take `&self` and run from many
+/// threads at once; delete and compact take `&mut self`.
+#[derive(Debug)]
+pub struct DenseCore {
+    engine: Engine,
+    dtype: DType,
+    item_shape: Vec<u64>,
+    record_bytes: usize,
+}
+
+fn record_bytes_of(path: &Path, dtype: &DType, item_shape: &[u64]) -> Result<usize> {
+    let n = store::nbytes(item_shape, dtype.itemsize()).ok_or_else(|| Error::Overflow {
+        context: store::context(path),
+        detail: format!("item shape {item_shape:?} of {dtype} overflows"),
+    })?;
+    if n == 0 || n > MAX_RECORD_BYTES {
+        return Err(Error::invalid(format!(
+            "dense record width {n} bytes (item shape {item_shape:?} of {dtype}) is outside 1..=2^31"
+        )));
+    }
+    Ok(n as usize)
+}
+
+impl DenseCore {
+    /// Creates a dense store of `dtype` records shaped `item_shape` in the
+    /// directory `path` (created if missing; it must hold no files).
+    ///
+    /// A [`Codec::ZstdDict`] store needs `opts.dictionary` (see
+    /// [`train_dict`](crate::train_dict)); any other codec refuses one.
+    pub fn create(
+        path: impl AsRef<Path>,
+        dtype: &DType,
+        item_shape: &[u64],
+        opts: &CreateOptions,
+    ) -> Result<DenseCore> {
+        let path = path.as_ref();
+        if matches!(dtype, DType::Padding(_)) {
+            return Err(Error::unsupported(
+                dtype.to_string(),
+                "void dtypes cannot be stored",
+            ));
+        }
+        let record_bytes = record_bytes_of(path, dtype, item_shape)?;
+        store::check_create_options(opts)?;
+        let identity = encode_identity_dense(dtype, item_shape);
+        let engine = store::create_store(path, Kind::Dense, record_bytes as u64, identity, opts)?;
+        Ok(DenseCore {
+            engine,
+            dtype: dtype.clone(),
+            item_shape: item_shape.to_vec(),
+            record_bytes,
+        })
+    }
+
+    /// Opens the dense store at `path`, checking `opts`' expectations.
+    pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<DenseCore> {
+        let path = path.as_ref();
+        let opened = store::open_store(path, Kind::Dense, opts)?;
+        let item_shape = opened
+            .identity
+            .item_shape
+            .expect("open_store checked that a dense identity has an item_shape");
+        let dtype = opened.identity.dtype;
+        let computed = store::nbytes(&item_shape, dtype.itemsize());
+        if computed != Some(opened.header.record_bytes) {
+            return Err(Error::BadStore {
+                file: store::store_file(path),
+                detail: format!(
+                    "record_bytes is {}, but item shape {item_shape:?} of {dtype} needs {computed:?}",
+                    opened.header.record_bytes
+                ),
+            });
+        }
+        if let Some(want) = &opts.item_shape
+            && *want != item_shape
+        {
+            return Err(Error::ShapeMismatch {
+                context: store::context(path),
+                expected: format!("{want:?}"),
+                found: item_shape,
+            });
+        }
+        Ok(DenseCore {
+            engine: opened.engine,
+            dtype,
+            item_shape,
+            record_bytes: opened.header.record_bytes as usize,
+        })
+    }
+
+    /// The store directory.
+    pub fn path(&self) -> &Path {
+        self.engine.path()
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.engine.len()
+    }
+
+    /// Whether the store holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The records' dtype.
+    pub fn dtype(&self) -> &DType {
+        &self.dtype
+    }
+
+    /// The shape of one record.
+    pub fn item_shape(&self) -> &[u64] {
+        &self.item_shape
+    }
+
+    /// Bytes per record: `product(item_shape) * itemsize`.
+    pub fn record_bytes(&self) -> usize {
+        self.record_bytes
+    }
+
+    /// The store's codec.
+    pub fn codec(&self) -> Codec {
+        self.engine.codec()
+    }
+
+    /// Whether the store has a zstd dictionary.
+    pub fn has_dict(&self) -> bool {
+        self.engine.dictionary().is_some()
+    }
+
+    /// Whether this handle was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.engine.is_read_only()
+    }
+
+    /// Appends whole records given as bytes (C order, the store's dtype
+    /// layout). Returns the index of the first new record.
+    pub fn append_bytes(&self, data: &[u8]) -> Result<u64> {
+        if data.is_empty() {
+            return Err(Error::invalid("append needs at least one record"));
+        }
+        if !data.len().is_multiple_of(self.record_bytes) {
+            return Err(Error::invalid(format!(
+                "{} bytes are not a whole number of {}-byte records",
+                data.len(),
+                self.record_bytes
+            )));
+        }
+        Ok(self.engine.append_fixed(data, self.record_bytes)?)
+    }
+
+    /// Appends an array given as its dtype, shape and bytes (what a binding
+    /// holds): the dtype must equal the store's and the shape must be
+    /// `(batch, *item_shape)`; each mismatch is an error naming both.
+    pub fn append_array_bytes(&self, dtype: &DType, shape: &[u64], data: &[u8]) -> Result<u64> {
+        if *dtype != self.dtype {
+            return Err(Error::DTypeMismatch {
+                context: format!("append to {}", self.path().display()),
+                expected: self.dtype.to_string(),
+                found: dtype.to_string(),
+            });
+        }
+        self.check_batch_shape(shape)?;
+        let need = store::nbytes(shape, self.dtype.itemsize());
+        if need != Some(data.len() as u64) {
+            return Err(Error::invalid(format!(
+                "shape {shape:?} of {} needs {need:?} bytes, {} given",
+                self.dtype,
+                data.len()
+            )));
+        }
+        self.append_bytes(data)
+    }
+
+    fn check_batch_shape(&self, shape: &[u64]) -> Result<()> {
+        if shape.len() != self.item_shape.len() + 1 || shape[1..] != self.item_shape[..] {
+            return Err(Error::ShapeMismatch {
+                context: format!("append to {}", self.path().display()),
+                expected: format!("(batch, *{:?})", self.item_shape),
+                found: shape.to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads the records at `indices` into `dst` (`indices.len() *
+    /// record_bytes()` bytes), record k at `dst[k * record_bytes..]`.
+    /// Allocates nothing beyond the engine's per-call bookkeeping.
+    pub fn gather_bytes_into(&self, indices: &[u64], dst: &mut [u8]) -> Result<()> {
+        let need = indices.len().checked_mul(self.record_bytes);
+        if need != Some(dst.len()) {
+            return Err(Error::invalid(format!(
+                "destination holds {} bytes, {} records of {} bytes need {need:?}",
+                dst.len(),
+                indices.len(),
+                self.record_bytes
+            )));
+        }
+        self.check_range(indices)?;
+        Ok(self.engine.gather_fixed(indices, self.record_bytes, dst)?)
+    }
+
+    fn check_range(&self, indices: &[u64]) -> Result<()> {
+        let len = self.len();
+        match indices.iter().find(|&&i| i >= len) {
+            Some(&i) => Err(Error::IndexOutOfRange {
+                index: i128::from(i),
+                len,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes the records at `indices` (duplicates tolerated). The last
+    /// records move into the holes, so live records stay `0..len` but
+    /// survivors may change index. Bytes are reclaimed by [`compact`](Self::compact).
+    pub fn delete(&mut self, indices: &[u64]) -> Result<()> {
+        self.check_range(indices)?;
+        Ok(self.engine.delete(indices)?)
+    }
+
+    /// Reclaims the bytes of deleted records, in place.
+    pub fn compact(&mut self) -> Result<()> {
+        Ok(self.engine.compact()?)
+    }
+
+    /// Makes every appended record durable.
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.engine.sync()?)
+    }
+
+    /// Storage usage.
+    pub fn stats(&self) -> Stats {
+        self.engine.stats()
+    }
+
+    /// The byte engine underneath (escape hatch).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+/// A typed dense store of `T` records shaped `item_shape`, read and written
+/// as `ndarray` arrays. The dtype is checked once, at open.
+///
+/// ```
+/// use ndarray::{Array3, array};
+/// use zrecord::{Codec, CreateOptions, DenseStore};
+/// let dir = tempfile::tempdir()?;
+/// let store = DenseStore::<f32>::create(dir.path().join("x"), &[2, 2], &CreateOptions::new(Codec::Zstd))?;
+/// store.append(Array3::<f32>::from_elem((3, 2, 2), 1.5).view())?;
+/// let batch = store.gather(&[2i64, 0])?;
+/// assert_eq!(batch.shape(), &[2, 2, 2]);
+/// assert_eq!(store.get(-1)?, array![[1.5f32, 1.5], [1.5, 1.5]].into_dyn());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct DenseStore<T: Element> {
+    core: DenseCore,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: Element> DenseStore<T> {
+    /// Creates a store of `T` records shaped `item_shape` at `path`.
+    pub fn create(
+        path: impl AsRef<Path>,
+        item_shape: &[u64],
+        opts: &CreateOptions,
+    ) -> Result<Self> {
+        Ok(DenseStore {
+            core: DenseCore::create(path, &T::dtype(), item_shape, opts)?,
+            _t: PhantomData,
+        })
+    }
+
+    /// Opens a store read-write; it must hold `T`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &OpenOptions::default())
+    }
+
+    /// Opens a store with options; it must hold `T` (whatever `opts.dtype`
+    /// says, which is checked too when set).
+    pub fn open_with(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Self> {
+        Self::from_core(DenseCore::open(path, opts)?)
+    }
+
+    /// Wraps an untyped core whose dtype is `T`'s.
+    pub fn from_core(core: DenseCore) -> Result<Self> {
+        if *core.dtype() != T::dtype() {
+            return Err(Error::DTypeMismatch {
+                context: store::context(core.path()),
+                expected: T::dtype().to_string(),
+                found: core.dtype().to_string(),
+            });
+        }
+        Ok(DenseStore {
+            core,
+            _t: PhantomData,
+        })
+    }
+
+    /// Appends a `(batch, *item_shape)` array (any layout; non-contiguous
+    /// views are copied once). A 0-d array is one record of a scalar store.
+    /// Returns the index of the first new record.
+    pub fn append<D: Dimension>(&self, batch: ArrayView<'_, T, D>) -> Result<u64> {
+        let mut shape: Vec<u64> = batch.shape().iter().map(|&d| d as u64).collect();
+        if shape.is_empty() && self.core.item_shape.is_empty() {
+            shape.push(1);
+        }
+        self.core.check_batch_shape(&shape)?;
+        let data: Cow<'_, [T]> = match batch.as_slice() {
+            Some(s) => Cow::Borrowed(s),
+            None => Cow::Owned(batch.iter().copied().collect()),
+        };
+        self.core.append_bytes(bytemuck::cast_slice(&data))
+    }
+
+    fn batch_shape(&self, n: usize) -> Vec<usize> {
+        let mut s = Vec::with_capacity(self.core.item_shape.len() + 1);
+        s.push(n);
+        s.extend(self.core.item_shape.iter().map(|&d| d as usize));
+        s
+    }
+
+    /// Gathers records into a new `(batch, *item_shape)` array in standard
+    /// layout.
+    pub fn gather<'i>(&self, idx: impl Into<Indices<'i>>) -> Result<ArrayD<T>> {
+        let positions = resolve(&idx.into(), self.len())?;
+        let elems = self.core.record_bytes / std::mem::size_of::<T>();
+        let total = positions
+            .len()
+            .checked_mul(elems)
+            .ok_or_else(|| Error::Overflow {
+                context: store::context(self.core.path()),
+                detail: format!("{} records of {elems} elements", positions.len()),
+            })?;
+        let mut data: Vec<T> = bytemuck::zeroed_vec(total);
+        self.core
+            .gather_bytes_into(&positions, bytemuck::cast_slice_mut(&mut data))?;
+        Ok(
+            ArrayD::from_shape_vec(IxDyn(&self.batch_shape(positions.len())), data)
+                .expect("the buffer holds exactly batch * item_shape elements"),
+        )
+    }
+
+    /// Gathers records into `out`, which must have shape
+    /// `(indices.len(), *item_shape)` and standard layout. Allocates nothing.
+    pub fn gather_into<D: Dimension>(
+        &self,
+        indices: &[u64],
+        mut out: ArrayViewMut<'_, T, D>,
+    ) -> Result<()> {
+        let want = self.batch_shape(indices.len());
+        if out.shape() != want.as_slice() {
+            return Err(Error::ShapeMismatch {
+                context: format!("gather from {}", self.core.path().display()),
+                expected: format!("{want:?}"),
+                found: out.shape().iter().map(|&d| d as u64).collect(),
+            });
+        }
+        let slice = out
+            .as_slice_mut()
+            .ok_or_else(|| Error::invalid("gather_into needs an output in standard (C) layout"))?;
+        self.core
+            .gather_bytes_into(indices, bytemuck::cast_slice_mut(slice))
+    }
+
+    /// One record, shaped `item_shape`; negative counts from the end.
+    pub fn get(&self, i: i64) -> Result<ArrayD<T>> {
+        let batch = self.gather(Indices::One(i))?;
+        let shape: Vec<usize> = batch.shape()[1..].to_vec();
+        Ok(batch
+            .into_shape_with_order(IxDyn(&shape))
+            .expect("one record reshapes to item_shape"))
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.core.len()
+    }
+
+    /// Whether the store holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.core.is_empty()
+    }
+
+    /// Deletes records (any index form; see [`DenseCore::delete`]).
+    pub fn delete<'i>(&mut self, idx: impl Into<Indices<'i>>) -> Result<()> {
+        let positions = resolve(&idx.into(), self.len())?;
+        self.core.delete(&positions)
+    }
+
+    /// Reclaims the bytes of deleted records.
+    pub fn compact(&mut self) -> Result<()> {
+        self.core.compact()
+    }
+
+    /// Makes every appended record durable.
+    pub fn sync(&self) -> Result<()> {
+        self.core.sync()
+    }
+
+    /// Storage usage.
+    pub fn stats(&self) -> Stats {
+        self.core.stats()
+    }
+
+    /// Whether the store has a zstd dictionary.
+    pub fn has_dict(&self) -> bool {
+        self.core.has_dict()
+    }
+
+    /// The store's codec.
+    pub fn codec(&self) -> Codec {
+        self.core.codec()
+    }
+
+    /// The records' dtype (`T`'s).
+    pub fn dtype(&self) -> &DType {
+        self.core.dtype()
+    }
+
+    /// The shape of one record.
+    pub fn item_shape(&self) -> &[u64] {
+        self.core.item_shape()
+    }
+
+    /// The untyped core.
+    pub fn core(&self) -> &DenseCore {
+        &self.core
+    }
+
+    /// Unwraps the untyped core.
+    pub fn into_core(self) -> DenseCore {
+        self.core
+    }
+}

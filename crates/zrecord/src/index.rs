@@ -1,0 +1,371 @@
+//! Index forms and their resolution against a store's length.
+//!
+//! A gather, a `get` or a `delete` takes any of NumPy's ways of naming
+//! records: one index, negative from the end, a range with a step (Python
+//! slice semantics: clamped, never out of range), a list, or a boolean mask.
+//! [`resolve`] turns each into plain record positions `0..len`.
+//!
+//! ```
+//! use zrecord::{Indices, resolve};
+//! assert_eq!(resolve(&Indices::One(-1), 10)?, vec![9]);
+//! assert_eq!(resolve(&Indices::range(None, None, -3), 10)?, vec![9, 6, 3, 0]);
+//! assert_eq!(resolve(&Indices::from(&[0i64, -2][..]), 10)?, vec![0, 8]);
+//! assert!(resolve(&Indices::One(10), 10).is_err());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo};
+
+use crate::error::{Error, Result};
+
+/// Which records to read or delete. Negative values count from the end, as
+/// in NumPy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Indices<'a> {
+    /// One record.
+    One(i64),
+    /// A Python slice `start:stop:step`. Bounds are clamped to the length
+    /// (never an error); `step` must not be zero.
+    Range {
+        /// First position (`None`: the start, or the end for a negative step).
+        start: Option<i64>,
+        /// One past the last position (`None`: the end, or before the start
+        /// for a negative step).
+        stop: Option<i64>,
+        /// Stride; negative walks backwards.
+        step: i64,
+    },
+    /// Positions in any order, duplicates allowed, negative from the end.
+    List(&'a [i64]),
+    /// Unsigned positions (as a sampler produces them); never wrap.
+    Positions(&'a [u64]),
+    /// One flag per record; its length must equal the store's.
+    Mask(&'a [bool]),
+}
+
+impl Indices<'_> {
+    /// The slice `start:stop:step`.
+    pub fn range(start: Option<i64>, stop: Option<i64>, step: i64) -> Indices<'static> {
+        Indices::Range { start, stop, step }
+    }
+
+    /// Every record.
+    pub fn all() -> Indices<'static> {
+        Indices::range(None, None, 1)
+    }
+
+    /// Whether the form names one record (a scalar index) rather than a set.
+    pub fn is_one(&self) -> bool {
+        matches!(self, Indices::One(_))
+    }
+}
+
+/// Resolves `idx` against a store of `len` records into positions `0..len`.
+///
+/// Errors: [`Error::IndexOutOfRange`] naming the index as given and the
+/// length; [`Error::InvalidArgument`] for a zero step or a mask whose length
+/// is not `len`.
+pub fn resolve(idx: &Indices<'_>, len: u64) -> Result<Vec<u64>> {
+    match idx {
+        Indices::One(i) => Ok(vec![wrap(*i, len)?]),
+        Indices::List(list) => list.iter().map(|&i| wrap(i, len)).collect(),
+        Indices::Positions(pos) => {
+            if let Some(&bad) = pos.iter().find(|&&p| p >= len) {
+                return Err(Error::IndexOutOfRange {
+                    index: i128::from(bad),
+                    len,
+                });
+            }
+            Ok(pos.to_vec())
+        }
+        Indices::Mask(mask) => {
+            if mask.len() as u64 != len {
+                return Err(Error::invalid(format!(
+                    "boolean mask of length {} for a store of {len} records",
+                    mask.len()
+                )));
+            }
+            Ok(mask
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| **m)
+                .map(|(i, _)| i as u64)
+                .collect())
+        }
+        Indices::Range { start, stop, step } => slice_indices(*start, *stop, *step, len),
+    }
+}
+
+fn wrap(i: i64, len: u64) -> Result<u64> {
+    let len_i = i128::from(len);
+    let j = if i < 0 {
+        i128::from(i) + len_i
+    } else {
+        i128::from(i)
+    };
+    if j < 0 || j >= len_i {
+        return Err(Error::IndexOutOfRange {
+            index: i128::from(i),
+            len,
+        });
+    }
+    Ok(j as u64)
+}
+
+/// Python's `slice(start, stop, step).indices(len)` followed by `range`.
+fn slice_indices(start: Option<i64>, stop: Option<i64>, step: i64, len: u64) -> Result<Vec<u64>> {
+    if step == 0 {
+        return Err(Error::invalid("slice step cannot be zero"));
+    }
+    let n = i128::from(len);
+    let step = i128::from(step);
+    let clamp = |v: Option<i64>, default: i128, lo: i128, hi: i128| -> i128 {
+        match v {
+            None => default,
+            Some(v) => {
+                let mut v = i128::from(v);
+                if v < 0 {
+                    v += n;
+                }
+                v.clamp(lo, hi)
+            }
+        }
+    };
+    let (start, stop) = if step > 0 {
+        (clamp(start, 0, 0, n), clamp(stop, n, 0, n))
+    } else {
+        (clamp(start, n - 1, -1, n - 1), clamp(stop, -1, -1, n - 1))
+    };
+    let count = if step > 0 {
+        if stop > start {
+            (stop - start + step - 1) / step
+        } else {
+            0
+        }
+    } else if start > stop {
+        (start - stop + (-step) - 1) / (-step)
+    } else {
+        0
+    };
+    Ok((0..count).map(|k| (start + k * step) as u64).collect())
+}
+
+macro_rules! from_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Indices<'static> {
+            fn from(i: $t) -> Self {
+                // Values past i64::MAX cannot name a record of any store;
+                // saturate so they resolve to an out-of-range error.
+                Indices::One(i64::try_from(i).unwrap_or(i64::MAX))
+            }
+        }
+        impl From<Range<$t>> for Indices<'static> {
+            fn from(r: Range<$t>) -> Self {
+                Indices::range(Some(sat(r.start)), Some(sat(r.end)), 1)
+            }
+        }
+        impl From<RangeInclusive<$t>> for Indices<'static> {
+            fn from(r: RangeInclusive<$t>) -> Self {
+                let end = sat(*r.end());
+                // `a..=-1` means "through the last record", which no
+                // exclusive stop can express after wrapping; use None.
+                let stop = if end == -1 { None } else { Some(end.saturating_add(1)) };
+                Indices::range(Some(sat(*r.start())), stop, 1)
+            }
+        }
+        impl From<RangeFrom<$t>> for Indices<'static> {
+            fn from(r: RangeFrom<$t>) -> Self {
+                Indices::range(Some(sat(r.start)), None, 1)
+            }
+        }
+        impl From<RangeTo<$t>> for Indices<'static> {
+            fn from(r: RangeTo<$t>) -> Self {
+                Indices::range(None, Some(sat(r.end)), 1)
+            }
+        }
+    )*};
+}
+
+fn sat<T: TryInto<i64>>(v: T) -> i64 {
+    v.try_into().unwrap_or(i64::MAX)
+}
+
+from_int!(i32, i64, u32, u64, usize);
+
+impl From<RangeFull> for Indices<'static> {
+    fn from(_: RangeFull) -> Self {
+        Indices::all()
+    }
+}
+
+impl<'a> From<&'a [i64]> for Indices<'a> {
+    fn from(l: &'a [i64]) -> Self {
+        Indices::List(l)
+    }
+}
+
+impl<'a> From<&'a Vec<i64>> for Indices<'a> {
+    fn from(l: &'a Vec<i64>) -> Self {
+        Indices::List(l)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [i64; N]> for Indices<'a> {
+    fn from(l: &'a [i64; N]) -> Self {
+        Indices::List(l)
+    }
+}
+
+impl<'a> From<&'a [u64]> for Indices<'a> {
+    fn from(l: &'a [u64]) -> Self {
+        Indices::Positions(l)
+    }
+}
+
+impl<'a> From<&'a Vec<u64>> for Indices<'a> {
+    fn from(l: &'a Vec<u64>) -> Self {
+        Indices::Positions(l)
+    }
+}
+
+impl<'a> From<&'a [bool]> for Indices<'a> {
+    fn from(m: &'a [bool]) -> Self {
+        Indices::Mask(m)
+    }
+}
+
+impl<'a> From<&'a Vec<bool>> for Indices<'a> {
+    fn from(m: &'a Vec<bool>) -> Self {
+        Indices::Mask(m)
+    }
+}
+
+impl<'a, 'b> From<&'b Indices<'a>> for Indices<'a> {
+    fn from(i: &'b Indices<'a>) -> Self {
+        i.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Python's `list(range(len))[start:stop:step]`, computed the slow way.
+    fn python_slice(start: Option<i64>, stop: Option<i64>, step: i64, len: u64) -> Vec<u64> {
+        let n = len as i64;
+        let norm = |v: i64| if v < 0 { v + n } else { v };
+        let mut out = Vec::new();
+        if step > 0 {
+            let s = start.map(norm).unwrap_or(0).clamp(0, n);
+            let e = stop.map(norm).unwrap_or(n).clamp(0, n);
+            let mut i = s;
+            while i < e {
+                out.push(i as u64);
+                i += step;
+            }
+        } else {
+            let s = start.map(norm).unwrap_or(n - 1).clamp(-1, n - 1);
+            let e = stop.map(norm).unwrap_or(-1).clamp(-1, n - 1);
+            let mut i = s;
+            while i > e {
+                out.push(i as u64);
+                i += step;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn slices_match_python_semantics() {
+        let bounds = [
+            None,
+            Some(-12),
+            Some(-10),
+            Some(-3),
+            Some(-1),
+            Some(0),
+            Some(2),
+            Some(9),
+            Some(10),
+            Some(15),
+        ];
+        for len in [0u64, 1, 10] {
+            for &start in &bounds {
+                for &stop in &bounds {
+                    for step in [-4i64, -1, 1, 2, 3, 11] {
+                        assert_eq!(
+                            resolve(&Indices::range(start, stop, step), len).unwrap(),
+                            python_slice(start, stop, step, len),
+                            "{start:?}:{stop:?}:{step} of {len}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hand_checked_slices() {
+        assert_eq!(
+            resolve(&Indices::range(Some(1), Some(8), 3), 10).unwrap(),
+            vec![1, 4, 7]
+        );
+        assert_eq!(
+            resolve(&Indices::range(None, None, -1), 4).unwrap(),
+            vec![3, 2, 1, 0]
+        );
+        assert_eq!(resolve(&(2..).into(), 4).unwrap(), vec![2, 3]);
+        assert_eq!(resolve(&(..2).into(), 4).unwrap(), vec![0, 1]);
+        assert_eq!(resolve(&(1..=2).into(), 4).unwrap(), vec![1, 2]);
+        assert_eq!(resolve(&(-2..=-1).into(), 4).unwrap(), vec![2, 3]);
+        assert_eq!(resolve(&(..).into(), 3).unwrap(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn zero_step_is_an_error() {
+        assert!(matches!(
+            resolve(&Indices::range(None, None, 0), 3),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+
+    #[test]
+    fn negative_and_out_of_range_scalars() {
+        assert_eq!(resolve(&Indices::One(-3), 3).unwrap(), vec![0]);
+        for bad in [3i64, -4, i64::MAX, i64::MIN] {
+            match resolve(&Indices::One(bad), 3) {
+                Err(Error::IndexOutOfRange { index, len }) => {
+                    assert_eq!((index, len), (i128::from(bad), 3))
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(resolve(&Indices::One(0), 0).is_err());
+        assert!(resolve(&Indices::from(u64::MAX), 3).is_err());
+    }
+
+    #[test]
+    fn lists_positions_and_masks() {
+        assert_eq!(
+            resolve(&Indices::List(&[2, -1, 0, 2]), 4).unwrap(),
+            vec![2, 3, 0, 2]
+        );
+        match resolve(&Indices::List(&[0, 5]), 4) {
+            Err(Error::IndexOutOfRange { index: 5, len: 4 }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            resolve(&Indices::Positions(&[3, 1]), 4).unwrap(),
+            vec![3, 1]
+        );
+        assert!(resolve(&Indices::Positions(&[4]), 4).is_err());
+        assert_eq!(
+            resolve(&Indices::Mask(&[true, false, true]), 3).unwrap(),
+            vec![0, 2]
+        );
+        assert!(matches!(
+            resolve(&Indices::Mask(&[true]), 3),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+}

@@ -1,0 +1,1006 @@
+//! NumPy `.npy` files: a validated header reader, full / prefix / block
+//! readers into `ndarray`, and a writer whose output is byte-identical to
+//! `numpy.save` for the same array.
+//!
+//! The header is untrusted input. Its length is checked (at most 1 MiB)
+//! before it is read, it is parsed by a small Python-literal parser (never
+//! evaluated), it must hold exactly `descr`, `fortran_order` and `shape`, and
+//! the element count and byte size are checked for overflow before anything
+//! is allocated. Path readers compare the size the header claims with the
+//! file's size before allocating; the generic reader ([`read_from`]) grows its
+//! buffer only as bytes arrive. A short payload is always an error.
+//!
+//! Every numeric dtype (bool, i1–i8, u1–u8, f2, f4, f8, c8, c16, either byte
+//! order) and packed structured dtypes are read; big-endian payloads are
+//! converted to the host's order and Fortran-order arrays to C order.
+//!
+//! ```
+//! use ndarray::{ArrayD, IxDyn};
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("a.npy");
+//! let a = ArrayD::from_shape_fn(IxDyn(&[3, 4]), |i| (i[0] * 4 + i[1]) as f32);
+//! zrecord::npy::write(&path, &a)?;
+//! let header = zrecord::npy::read_header(&path)?;
+//! assert_eq!(header.shape, vec![3, 4]);
+//! let b: ArrayD<f32> = zrecord::npy::read(&path)?;
+//! assert_eq!(a, b);
+//! let first_two: ArrayD<f32> = zrecord::npy::read_prefix(&path, 2, Some(&[4]))?;
+//! assert_eq!(first_two.shape(), &[2, 4]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::Path;
+
+use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn, ShapeBuilder};
+use rayon::prelude::*;
+
+use crate::dtype::{DType, Element, Lit};
+use crate::error::{Error, NpyHeaderProblem, Result};
+
+/// The six magic bytes every `.npy` starts with.
+pub const MAGIC: &[u8; 6] = b"\x93NUMPY";
+/// Largest header accepted, in bytes.
+pub const MAX_HEADER_LEN: u64 = 1 << 20;
+/// Deepest nesting accepted in the header literal.
+const MAX_LITERAL_DEPTH: usize = 40;
+/// Granularity of parallel payload reads and of buffer growth in [`read_from`].
+const READ_CHUNK: usize = 32 << 20;
+/// Block reads give each task at least this many payload bytes.
+pub const MIN_BYTES_PER_TASK: u64 = 4 << 20;
+
+/// A validated `.npy` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NpyHeader {
+    /// Format version, `(1, 0)`, `(2, 0)` or `(3, 0)`.
+    pub version: (u8, u8),
+    /// The dtype as stored (possibly big-endian).
+    pub dtype: DType,
+    /// Whether the payload is in Fortran (column-major) order.
+    pub fortran_order: bool,
+    /// The array's shape (empty for a 0-d array).
+    pub shape: Vec<usize>,
+    /// Byte offset of the payload in the file.
+    pub data_offset: u64,
+    /// Number of elements (product of `shape`; 1 for a 0-d array).
+    pub element_count: u64,
+    /// Payload size in bytes (`element_count * itemsize`).
+    pub payload_bytes: u64,
+}
+
+/// An array whose dtype is known only at run time: bytes in C order and in
+/// the host's byte order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NpyArray {
+    /// The element dtype (native byte order).
+    pub dtype: DType,
+    /// The shape.
+    pub shape: Vec<usize>,
+    /// `product(shape) * dtype.itemsize()` bytes, C order.
+    pub data: Vec<u8>,
+}
+
+impl NpyArray {
+    /// Converts to a typed array when `T`'s dtype equals this array's.
+    pub fn into_typed<T: Element>(self) -> Result<ArrayD<T>> {
+        if T::dtype() != self.dtype {
+            return Err(Error::DTypeMismatch {
+                context: "npy array".into(),
+                expected: T::dtype().to_string(),
+                found: self.dtype.to_string(),
+            });
+        }
+        let v: Vec<T> = bytemuck::pod_collect_to_vec(&self.data);
+        ArrayD::from_shape_vec(IxDyn(&self.shape), v).map_err(|e| Error::invalid(e.to_string()))
+    }
+}
+
+/// How many tasks a block read may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Parallelism {
+    /// Decode every block on the calling thread.
+    Sequential,
+    /// At most this many tasks.
+    Tasks(usize),
+    /// The number of threads in the current rayon pool.
+    #[default]
+    Auto,
+}
+
+fn hdr_err(path: &Path, problem: NpyHeaderProblem) -> Error {
+    Error::NpyHeader {
+        path: path.to_path_buf(),
+        problem,
+    }
+}
+
+impl NpyHeader {
+    /// Parses the preamble and header from the first bytes of a file
+    /// (`bytes` must contain at least the whole header; extra bytes are
+    /// ignored). Never panics.
+    pub fn parse(bytes: &[u8]) -> Result<NpyHeader> {
+        parse_header(Path::new("<memory>"), bytes, None)
+    }
+
+    /// Preamble length for this version (magic + version + length field).
+    fn preamble_len(major: u8) -> usize {
+        if major == 1 { 10 } else { 12 }
+    }
+}
+
+/// Validates the preamble; returns (version, header length, preamble length).
+fn parse_preamble(path: &Path, bytes: &[u8]) -> Result<((u8, u8), u64, usize)> {
+    let have = bytes.len() as u64;
+    if bytes.len() < 8 {
+        if !MAGIC.starts_with(&bytes[..bytes.len().min(6)]) {
+            return Err(hdr_err(path, NpyHeaderProblem::BadMagic));
+        }
+        return Err(hdr_err(
+            path,
+            NpyHeaderProblem::Truncated {
+                needed: 10,
+                found: have,
+            },
+        ));
+    }
+    if &bytes[..6] != MAGIC {
+        return Err(hdr_err(path, NpyHeaderProblem::BadMagic));
+    }
+    let version = (bytes[6], bytes[7]);
+    if !matches!(version, (1, 0) | (2, 0) | (3, 0)) {
+        return Err(hdr_err(
+            path,
+            NpyHeaderProblem::UnsupportedVersion(version.0, version.1),
+        ));
+    }
+    let pre = NpyHeader::preamble_len(version.0);
+    if bytes.len() < pre {
+        return Err(hdr_err(
+            path,
+            NpyHeaderProblem::Truncated {
+                needed: pre as u64,
+                found: have,
+            },
+        ));
+    }
+    let hlen = if version.0 == 1 {
+        u16::from_le_bytes([bytes[8], bytes[9]]) as u64
+    } else {
+        u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as u64
+    };
+    if hlen > MAX_HEADER_LEN {
+        return Err(hdr_err(path, NpyHeaderProblem::TooLong(hlen)));
+    }
+    Ok((version, hlen, pre))
+}
+
+/// Parses a whole header from `bytes` (file start). `file_len`, when known,
+/// is checked against the header's own length.
+fn parse_header(path: &Path, bytes: &[u8], file_len: Option<u64>) -> Result<NpyHeader> {
+    let (version, hlen, pre) = parse_preamble(path, bytes)?;
+    let needed = pre as u64 + hlen;
+    let have = file_len.unwrap_or(bytes.len() as u64).min(bytes.len() as u64);
+    if have < needed {
+        return Err(hdr_err(
+            path,
+            NpyHeaderProblem::Truncated {
+                needed,
+                found: file_len.unwrap_or(bytes.len() as u64),
+            },
+        ));
+    }
+    let raw = &bytes[pre..needed as usize];
+    let text: String = if version.0 == 3 {
+        std::str::from_utf8(raw)
+            .map_err(|_| hdr_err(path, NpyHeaderProblem::Encoding("UTF-8")))?
+            .to_string()
+    } else {
+        // Latin-1, as NumPy decodes v1/v2 headers.
+        raw.iter().map(|&b| b as char).collect()
+    };
+    let lit = LitParser::new(&text)
+        .parse_all()
+        .map_err(|e| hdr_err(path, NpyHeaderProblem::Syntax(e)))?;
+    let Lit::Map(entries) = lit else {
+        return Err(hdr_err(
+            path,
+            NpyHeaderProblem::Syntax("the header is not a dict".into()),
+        ));
+    };
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    for (k, v) in entries {
+        let slot = match &k {
+            Lit::Str(s) if s == "descr" => &mut descr,
+            Lit::Str(s) if s == "fortran_order" => &mut fortran,
+            Lit::Str(s) if s == "shape" => &mut shape,
+            other => {
+                return Err(hdr_err(
+                    path,
+                    NpyHeaderProblem::UnexpectedKey(other.render()),
+                ));
+            }
+        };
+        if slot.is_some() {
+            return Err(hdr_err(path, NpyHeaderProblem::UnexpectedKey(k.render())));
+        }
+        *slot = Some(v);
+    }
+    let descr = descr.ok_or_else(|| hdr_err(path, NpyHeaderProblem::MissingKey("descr")))?;
+    let fortran =
+        fortran.ok_or_else(|| hdr_err(path, NpyHeaderProblem::MissingKey("fortran_order")))?;
+    let shape = shape.ok_or_else(|| hdr_err(path, NpyHeaderProblem::MissingKey("shape")))?;
+    let dtype = match &descr {
+        Lit::Str(_) | Lit::Seq(_) => DType::from_lit(&descr)?,
+        other => {
+            return Err(hdr_err(
+                path,
+                NpyHeaderProblem::BadValue {
+                    key: "descr",
+                    detail: format!("{} is not a type string or descr list", other.render()),
+                },
+            ));
+        }
+    };
+    let fortran_order = match fortran {
+        Lit::Bool(b) => b,
+        other => {
+            return Err(hdr_err(
+                path,
+                NpyHeaderProblem::BadValue {
+                    key: "fortran_order",
+                    detail: format!("{} is not True or False", other.render()),
+                },
+            ));
+        }
+    };
+    let dims = match &shape {
+        Lit::Seq(ds) => ds,
+        other => {
+            return Err(hdr_err(
+                path,
+                NpyHeaderProblem::BadValue {
+                    key: "shape",
+                    detail: format!("{} is not a tuple", other.render()),
+                },
+            ));
+        }
+    };
+    if dims.len() > 64 {
+        return Err(hdr_err(
+            path,
+            NpyHeaderProblem::BadValue {
+                key: "shape",
+                detail: format!("rank {} exceeds 64", dims.len()),
+            },
+        ));
+    }
+    let mut raw_dims = Vec::with_capacity(dims.len());
+    for d in dims {
+        match d {
+            Lit::Int(d) if *d >= 0 && *d <= u64::MAX as i128 => raw_dims.push(*d as u64),
+            other => {
+                return Err(hdr_err(
+                    path,
+                    NpyHeaderProblem::BadValue {
+                        key: "shape",
+                        detail: format!("dimension {} is not a non-negative integer", other.render()),
+                    },
+                ));
+            }
+        }
+    }
+    let overflow = || hdr_err(path, NpyHeaderProblem::ShapeOverflow(raw_dims.clone()));
+    let element_count = raw_dims
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .ok_or_else(overflow)?;
+    let payload_bytes = element_count
+        .checked_mul(dtype.itemsize() as u64)
+        .filter(|&b| b <= isize::MAX as u64)
+        .ok_or_else(overflow)?;
+    let shape: Vec<usize> = raw_dims
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| overflow())?;
+    Ok(NpyHeader {
+        version,
+        dtype,
+        fortran_order,
+        shape,
+        data_offset: needed,
+        element_count,
+        payload_bytes,
+    })
+}
+
+/// A recursive-descent parser for the Python literals NumPy writes in a
+/// header: dicts, lists, tuples, strings, ints (with Python 2's `L`),
+/// `True`/`False`/`None`. Depth is bounded; it never evaluates anything.
+struct LitParser<'a> {
+    s: &'a [u8],
+    text: &'a str,
+    pos: usize,
+    depth: usize,
+}
+
+type PResult<T> = std::result::Result<T, String>;
+
+impl<'a> LitParser<'a> {
+    fn new(text: &'a str) -> Self {
+        LitParser {
+            s: text.as_bytes(),
+            text,
+            pos: 0,
+            depth: 0,
+        }
+    }
+
+    fn parse_all(mut self) -> PResult<Lit> {
+        let v = self.value()?;
+        self.ws();
+        if self.pos != self.s.len() {
+            return Err(format!("unexpected text at byte {}", self.pos));
+        }
+        Ok(v)
+    }
+
+    fn ws(&mut self) {
+        while self.pos < self.s.len() && matches!(self.s[self.pos], b' ' | b'\t' | b'\n' | b'\r')
+        {
+            self.pos += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.s.get(self.pos).copied()
+    }
+
+    fn expect(&mut self, c: u8) -> PResult<()> {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(format!("expected {:?} at byte {}", c as char, self.pos))
+        }
+    }
+
+    fn value(&mut self) -> PResult<Lit> {
+        self.depth += 1;
+        if self.depth > MAX_LITERAL_DEPTH {
+            return Err("nested too deeply".into());
+        }
+        let v = match self.peek() {
+            None => Err("unexpected end of header".into()),
+            Some(b'{') => self.dict(),
+            Some(b'[') => self.seq(b']').map(Lit::Seq),
+            Some(b'(') => self.seq(b')').map(Lit::Seq),
+            Some(b'\'') | Some(b'"') => self.string().map(Lit::Str),
+            Some(b'-') | Some(b'+') | Some(b'0'..=b'9') => self.int(),
+            Some(c) if c.is_ascii_alphabetic() => {
+                let start = self.pos;
+                while self.pos < self.s.len() && self.s[self.pos].is_ascii_alphanumeric() {
+                    self.pos += 1;
+                }
+                match &self.text[start..self.pos] {
+                    "True" => Ok(Lit::Bool(true)),
+                    "False" => Ok(Lit::Bool(false)),
+                    "None" => Ok(Lit::None),
+                    w => Err(format!("unexpected name {w:?} at byte {start}")),
+                }
+            }
+            Some(_) => Err(format!("unexpected character at byte {}", self.pos)),
+        };
+        self.depth -= 1;
+        v
+    }
+
+    fn dict(&mut self) -> PResult<Lit> {
+        self.expect(b'{')?;
+        let mut out = Vec::new();
+        loop {
+            if self.peek() == Some(b'}') {
+                self.pos += 1;
+                return Ok(Lit::Map(out));
+            }
+            let k = self.value()?;
+            self.expect(b':')?;
+            let v = self.value()?;
+            out.push((k, v));
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {}
+                _ => return Err(format!("expected ',' or '}}' at byte {}", self.pos)),
+            }
+        }
+    }
+
+    fn seq(&mut self, close: u8) -> PResult<Vec<Lit>> {
+        self.pos += 1;
+        let mut out = Vec::new();
+        loop {
+            if self.peek() == Some(close) {
+                self.pos += 1;
+                return Ok(out);
+            }
+            out.push(self.value()?);
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(c) if c == close => {}
+                _ => return Err(format!("expected ',' or {:?} at byte {}", close as char, self.pos)),
+            }
+        }
+    }
+
+    fn string(&mut self) -> PResult<String> {
+        let q = self.s[self.pos];
+        self.pos += 1;
+        let mut out = String::new();
+        loop {
+            let rest = &self.text[self.pos..];
+            let mut chars = rest.chars();
+            let Some(c) = chars.next() else {
+                return Err("unterminated string".into());
+            };
+            self.pos += c.len_utf8();
+            if c as u32 == q as u32 {
+                return Ok(out);
+            }
+            if c == '\n' {
+                return Err("newline inside a string".into());
+            }
+            if c != '\\' {
+                out.push(c);
+                continue;
+            }
+            let Some(e) = self.text[self.pos..].chars().next() else {
+                return Err("unterminated escape".into());
+            };
+            self.pos += e.len_utf8();
+            match e {
+                '\\' => out.push('\\'),
+                '\'' => out.push('\''),
+                '"' => out.push('"'),
+                'n' => out.push('\n'),
+                'r' => out.push('\r'),
+                't' => out.push('\t'),
+                '0' => out.push('\0'),
+                'x' | 'u' | 'U' => {
+                    let n = match e {
+                        'x' => 2,
+                        'u' => 4,
+                        _ => 8,
+                    };
+                    let hex = self
+                        .text
+                        .get(self.pos..self.pos + n)
+                        .ok_or("truncated escape")?;
+                    let v = u32::from_str_radix(hex, 16).map_err(|_| "bad escape")?;
+                    out.push(char::from_u32(v).ok_or("bad escape")?);
+                    self.pos += n;
+                }
+                _ => return Err(format!("unsupported escape \\{e}")),
+            }
+        }
+    }
+
+    fn int(&mut self) -> PResult<Lit> {
+        let start = self.pos;
+        if matches!(self.s[self.pos], b'-' | b'+') {
+            self.pos += 1;
+        }
+        let ds = self.pos;
+        while self.pos < self.s.len() && self.s[self.pos].is_ascii_digit() {
+            self.pos += 1;
+        }
+        if self.pos == ds || self.pos - ds > 30 {
+            return Err(format!("bad integer at byte {start}"));
+        }
+        let v: i128 = self.text[start..self.pos]
+            .parse()
+            .map_err(|_| format!("bad integer at byte {start}"))?;
+        // Python 2 wrote long integers with an `L` suffix.
+        if self.pos < self.s.len() && matches!(self.s[self.pos], b'L' | b'l') {
+            self.pos += 1;
+        }
+        if self.pos < self.s.len() && (self.s[self.pos].is_ascii_alphanumeric() || self.s[self.pos] == b'.') {
+            return Err(format!("bad number at byte {start}"));
+        }
+        Ok(Lit::Int(v))
+    }
+}
+
+fn open(path: &Path) -> Result<(File, u64)> {
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    Ok((f, len))
+}
+
+/// Reads and validates only the header of `path`.
+pub fn read_header(path: impl AsRef<Path>) -> Result<NpyHeader> {
+    let path = path.as_ref();
+    let (f, len) = open(path)?;
+    header_from_file(path, &f, len)
+}
+
+fn header_from_file(path: &Path, f: &File, len: u64) -> Result<NpyHeader> {
+    let mut pre = [0u8; 12];
+    let n = read_at_most(path, f, &mut pre, 0)?;
+    let (_, hlen, pre_len) = parse_preamble(path, &pre[..n])?;
+    let total = pre_len as u64 + hlen;
+    if len < total {
+        return Err(hdr_err(
+            path,
+            NpyHeaderProblem::Truncated {
+                needed: total,
+                found: len,
+            },
+        ));
+    }
+    let mut buf = vec![0u8; total as usize];
+    let n = read_at_most(path, f, &mut buf, 0)?;
+    parse_header(path, &buf[..n], Some(len))
+}
+
+/// Fills as much of `buf` as the file holds from `off`; returns the count.
+fn read_at_most(path: &Path, f: &File, buf: &mut [u8], off: u64) -> Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match pread(f, &mut buf[done..], off + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(unix)]
+fn pread(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(f, buf, off)
+}
+
+#[cfg(windows)]
+fn pread(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(f, buf, off)
+}
+
+/// Reads exactly `buf.len()` payload bytes at `off`, in parallel chunks.
+/// `expected` is the payload size reported on truncation.
+fn read_payload(path: &Path, f: &File, buf: &mut [u8], off: u64, expected: u64) -> Result<()> {
+    let go = |(i, chunk): (usize, &mut [u8])| -> Result<()> {
+        let at = (i * READ_CHUNK) as u64;
+        let n = read_at_most(path, f, chunk, off + at)?;
+        if n < chunk.len() {
+            return Err(Error::NpyTruncated {
+                path: path.to_path_buf(),
+                expected,
+                found: at + n as u64,
+            });
+        }
+        Ok(())
+    };
+    if buf.len() <= READ_CHUNK {
+        go((0, buf))
+    } else {
+        buf.par_chunks_mut(READ_CHUNK).enumerate().try_for_each(go)
+    }
+}
+
+fn check_payload_present(path: &Path, h: &NpyHeader, bytes: u64, file_len: u64) -> Result<()> {
+    let found = file_len.saturating_sub(h.data_offset);
+    if found < bytes {
+        return Err(Error::NpyTruncated {
+            path: path.to_path_buf(),
+            expected: bytes,
+            found,
+        });
+    }
+    Ok(())
+}
+
+fn check_dtype<T: Element>(path: &Path, h: &NpyHeader) -> Result<()> {
+    if h.dtype.to_native() != T::dtype() {
+        return Err(Error::DTypeMismatch {
+            context: path.display().to_string(),
+            expected: T::dtype().to_string(),
+            found: h.dtype.to_string(),
+        });
+    }
+    Ok(())
+}
+
+fn swap_parallel(dtype: &DType, bytes: &mut [u8]) {
+    if dtype.is_native() {
+        return;
+    }
+    let item = dtype.itemsize().max(1);
+    let step = (READ_CHUNK / item).max(1) * item;
+    bytes
+        .par_chunks_mut(step)
+        .for_each(|c| dtype.swap_to_native(c));
+}
+
+/// Reads a whole `.npy` file as a typed array: big-endian payloads are
+/// converted, Fortran order becomes C order. The stored dtype (in either
+/// byte order) must be `T`'s.
+pub fn read<T: Element>(path: impl AsRef<Path>) -> Result<ArrayD<T>> {
+    let path = path.as_ref();
+    let (f, len) = open(path)?;
+    let h = header_from_file(path, &f, len)?;
+    check_dtype::<T>(path, &h)?;
+    check_payload_present(path, &h, h.payload_bytes, len)?;
+    // The file holds every claimed byte, so this allocation is justified.
+    let mut v: Vec<T> = bytemuck::zeroed_vec(h.element_count as usize);
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+    read_payload(path, &f, bytes, h.data_offset, h.payload_bytes)?;
+    swap_parallel(&h.dtype, bytes);
+    finish_typed(path, &h.shape, h.fortran_order, v)
+}
+
+fn finish_typed<T: Element>(
+    path: &Path,
+    shape: &[usize],
+    fortran: bool,
+    v: Vec<T>,
+) -> Result<ArrayD<T>> {
+    let bad = |e: ndarray::ShapeError| Error::invalid(format!("{}: {e}", path.display()));
+    if fortran && shape.len() > 1 {
+        let a = ArrayD::from_shape_vec(IxDyn(shape).f(), v).map_err(bad)?;
+        Ok(a.as_standard_layout().into_owned())
+    } else {
+        ArrayD::from_shape_vec(IxDyn(shape), v).map_err(bad)
+    }
+}
+
+/// Reads a whole `.npy` file whatever its dtype, into C-order, native-order
+/// bytes.
+pub fn read_untyped(path: impl AsRef<Path>) -> Result<NpyArray> {
+    let path = path.as_ref();
+    let (f, len) = open(path)?;
+    let h = header_from_file(path, &f, len)?;
+    check_payload_present(path, &h, h.payload_bytes, len)?;
+    let mut data = vec![0u8; h.payload_bytes as usize];
+    read_payload(path, &f, &mut data, h.data_offset, h.payload_bytes)?;
+    finish_untyped(h, data)
+}
+
+fn finish_untyped(h: NpyHeader, mut data: Vec<u8>) -> Result<NpyArray> {
+    swap_parallel(&h.dtype, &mut data);
+    let item = h.dtype.itemsize();
+    if h.fortran_order && h.shape.len() > 1 && item > 0 {
+        // View the bytes as a Fortran-order array of items, each item a run
+        // of `item` bytes (the last, fastest axis), and copy into C order.
+        let n = h.shape.len();
+        let mut fshape: Vec<usize> = h.shape.iter().rev().copied().collect();
+        fshape.push(item);
+        let a = ArrayD::from_shape_vec(IxDyn(&fshape), data)
+            .map_err(|e| Error::invalid(e.to_string()))?;
+        let mut perm: Vec<usize> = (0..n).rev().collect();
+        perm.push(n);
+        data = a
+            .permuted_axes(IxDyn(&perm))
+            .as_standard_layout()
+            .into_owned()
+            .into_raw_vec_and_offset()
+            .0;
+    }
+    Ok(NpyArray {
+        dtype: h.dtype.to_native(),
+        shape: h.shape,
+        data,
+    })
+}
+
+/// Reads a whole `.npy` from any reader (a pipe, an in-memory slice). The
+/// buffer grows in bounded chunks as bytes arrive, so a header that lies
+/// about the size fails with [`Error::NpyTruncated`] before a large
+/// allocation. Never panics on any input.
+pub fn read_from<R: Read>(mut r: R) -> Result<NpyArray> {
+    let path = Path::new("<reader>");
+    let io = |e| Error::io(path, e);
+    let mut pre = Vec::with_capacity(12);
+    (&mut r).take(10).read_to_end(&mut pre).map_err(io)?;
+    if pre.len() >= 8 && pre[6] != 1 {
+        (&mut r).take(2).read_to_end(&mut pre).map_err(io)?;
+    }
+    let (_, hlen, pre_len) = parse_preamble(path, &pre)?;
+    let mut buf = pre;
+    (&mut r).take(hlen).read_to_end(&mut buf).map_err(io)?;
+    let h = parse_header(path, &buf, None)?;
+    debug_assert!(buf.len() == pre_len + hlen as usize);
+    let mut data = Vec::new();
+    let want = h.payload_bytes;
+    while (data.len() as u64) < want {
+        let step = (want - data.len() as u64).min(READ_CHUNK as u64);
+        let got = (&mut r).take(step).read_to_end(&mut data).map_err(io)?;
+        if got == 0 {
+            return Err(Error::NpyTruncated {
+                path: path.to_path_buf(),
+                expected: want,
+                found: data.len() as u64,
+            });
+        }
+    }
+    finish_untyped(h, data)
+}
+
+/// Reads the first `rows` rows of a C-order array without reading the rest.
+///
+/// `trailing`, when given, must equal the file's dimensions after the first
+/// (so the rank is checked too). Only the requested rows must be present.
+/// Fortran-order files are rejected: their rows are interleaved across the
+/// whole payload.
+pub fn read_prefix<T: Element>(
+    path: impl AsRef<Path>,
+    rows: usize,
+    trailing: Option<&[usize]>,
+) -> Result<ArrayD<T>> {
+    let path = path.as_ref();
+    let (f, len) = open(path)?;
+    let h = header_from_file(path, &f, len)?;
+    check_dtype::<T>(path, &h)?;
+    let expected = || {
+        let mut s = format!("({rows}");
+        match trailing {
+            Some(t) => t.iter().for_each(|d| s.push_str(&format!(", {d}"))),
+            None => s.push_str(", ..."),
+        }
+        s.push(')');
+        s
+    };
+    let mismatch = || Error::ShapeMismatch {
+        context: path.display().to_string(),
+        expected: expected(),
+        found: h.shape.iter().map(|&d| d as u64).collect(),
+    };
+    let Some((&lead, rest)) = h.shape.split_first() else {
+        return Err(mismatch());
+    };
+    if trailing.is_some_and(|t| t != rest) || rows > lead {
+        return Err(mismatch());
+    }
+    if h.fortran_order && h.shape.len() > 1 {
+        return Err(Error::FortranOrder {
+            path: path.to_path_buf(),
+            operation: "prefix read",
+        });
+    }
+    let per_row: u64 = rest.iter().map(|&d| d as u64).product();
+    let count = per_row * rows as u64; // ≤ element_count, checked at parse
+    let bytes = count * h.dtype.itemsize() as u64;
+    check_payload_present(path, &h, bytes, len)?;
+    let mut v: Vec<T> = bytemuck::zeroed_vec(count as usize);
+    let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+    read_payload(path, &f, buf, h.data_offset, bytes)?;
+    swap_parallel(&h.dtype, buf);
+    let mut shape = h.shape.clone();
+    shape[0] = rows;
+    finish_typed(path, &shape, h.fortran_order, v)
+}
+
+/// Task count for a block read: the request, the leading dimension and a
+/// minimum of [`MIN_BYTES_PER_TASK`] per task all bound it; at least 1.
+pub fn block_tasks(p: Parallelism, blocks: usize, payload_bytes: u64) -> usize {
+    let req = match p {
+        Parallelism::Sequential => 1,
+        Parallelism::Tasks(n) => n,
+        Parallelism::Auto => rayon::current_num_threads(),
+    };
+    let by_work = (payload_bytes / MIN_BYTES_PER_TASK).min(usize::MAX as u64) as usize;
+    req.min(blocks).min(by_work).max(1)
+}
+
+/// Reads a C-order array as one array per index of the leading axis (each
+/// of the trailing shape), decoded by up to [`block_tasks`] tasks. The result
+/// does not depend on the task count. Fortran-order and 0-d arrays are
+/// rejected before the payload is read.
+pub fn read_blocks<T: Element>(
+    path: impl AsRef<Path>,
+    parallelism: Parallelism,
+) -> Result<Vec<ArrayD<T>>> {
+    let path = path.as_ref();
+    let (f, len) = open(path)?;
+    let h = header_from_file(path, &f, len)?;
+    check_dtype::<T>(path, &h)?;
+    let Some((&lead, rest)) = h.shape.split_first() else {
+        return Err(Error::ShapeMismatch {
+            context: path.display().to_string(),
+            expected: "at least one dimension".into(),
+            found: vec![],
+        });
+    };
+    if h.fortran_order && h.shape.len() > 1 {
+        return Err(Error::FortranOrder {
+            path: path.to_path_buf(),
+            operation: "block read",
+        });
+    }
+    check_payload_present(path, &h, h.payload_bytes, len)?;
+    let per_block: usize = rest.iter().product();
+    let block_bytes = (per_block * h.dtype.itemsize()) as u64;
+    let tasks = block_tasks(parallelism, lead, h.payload_bytes);
+    let per_task = lead.div_ceil(tasks);
+    let read_range = |r: std::ops::Range<usize>| -> Result<Vec<ArrayD<T>>> {
+        r.map(|i| {
+            let mut v: Vec<T> = bytemuck::zeroed_vec(per_block);
+            let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+            let off = h.data_offset + i as u64 * block_bytes;
+            let n = read_at_most(path, &f, buf, off)?;
+            if n < buf.len() {
+                return Err(Error::NpyTruncated {
+                    path: path.to_path_buf(),
+                    expected: h.payload_bytes,
+                    found: i as u64 * block_bytes + n as u64,
+                });
+            }
+            h.dtype.swap_to_native(buf);
+            ArrayD::from_shape_vec(IxDyn(rest), v).map_err(|e| Error::invalid(e.to_string()))
+        })
+        .collect()
+    };
+    if tasks == 1 {
+        return read_range(0..lead);
+    }
+    let parts: Vec<Result<Vec<ArrayD<T>>>> = (0..tasks)
+        .into_par_iter()
+        .map(|t| read_range(t * per_task..((t + 1) * per_task).min(lead)))
+        .collect();
+    let mut out = Vec::with_capacity(lead);
+    for p in parts {
+        out.extend(p?);
+    }
+    Ok(out)
+}
+
+/// The header bytes (preamble, dict, padding, newline) NumPy writes for this
+/// dtype and shape, choosing version 1, 2 or 3 as NumPy does.
+pub fn header_bytes(dtype: &DType, shape: &[usize], fortran_order: bool) -> Result<Vec<u8>> {
+    let mut dict = format!(
+        "{{'descr': {}, 'fortran_order': {}, 'shape': {}, }}",
+        dtype.python_literal(),
+        if fortran_order { "True" } else { "False" },
+        match shape {
+            [d] => format!("({d},)"),
+            _ => format!(
+                "({})",
+                shape
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    );
+    if !shape.is_empty() {
+        let growth = if fortran_order { shape[shape.len() - 1] } else { shape[0] };
+        let digits = growth.to_string().len();
+        dict.extend(std::iter::repeat_n(' ', 21usize.saturating_sub(digits)));
+    }
+    let latin1 = dict.chars().all(|c| (c as u32) < 256);
+    let body: Vec<u8> = if latin1 {
+        dict.chars().map(|c| c as u8).collect()
+    } else {
+        dict.clone().into_bytes()
+    };
+    let hlen = body.len() + 1;
+    let pad = |pre: usize| 64 - (pre + hlen) % 64;
+    let (major, pre) = if latin1 && hlen + pad(10) <= u16::MAX as usize {
+        (1u8, 10)
+    } else if latin1 {
+        (2, 12)
+    } else {
+        (3, 12)
+    };
+    let padlen = pad(pre);
+    let total_hlen = hlen + padlen;
+    if total_hlen as u64 > MAX_HEADER_LEN {
+        return Err(Error::invalid(format!(
+            "a .npy header of {total_hlen} bytes exceeds the 1 MiB limit"
+        )));
+    }
+    let mut out = Vec::with_capacity(pre + total_hlen);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[major, 0]);
+    if major == 1 {
+        out.extend_from_slice(&(total_hlen as u16).to_le_bytes());
+    } else {
+        out.extend_from_slice(&(total_hlen as u32).to_le_bytes());
+    }
+    out.extend_from_slice(&body);
+    out.extend(std::iter::repeat_n(b' ', padlen));
+    out.push(b'\n');
+    Ok(out)
+}
+
+fn create(path: &Path) -> Result<std::io::BufWriter<File>> {
+    let f = File::create(path).map_err(|e| Error::io(path, e))?;
+    Ok(std::io::BufWriter::with_capacity(1 << 20, f))
+}
+
+/// Writes `a` as a C-order `.npy` (version 1, or 2/3 when the header needs
+/// it); the bytes equal what `numpy.save` writes for the same array.
+pub fn write<T: Element, S: Data<Elem = T>, D: Dimension>(
+    path: impl AsRef<Path>,
+    a: &ArrayBase<S, D>,
+) -> Result<()> {
+    let path = path.as_ref();
+    let header = header_bytes(&T::dtype(), a.shape(), false)?;
+    let mut w = create(path)?;
+    let io = |e| Error::io(path, e);
+    w.write_all(&header).map_err(io)?;
+    match a.as_slice() {
+        Some(s) => w.write_all(bytemuck::cast_slice(s)).map_err(io)?,
+        None => {
+            for x in a.iter() {
+                w.write_all(bytemuck::bytes_of(x)).map_err(io)?;
+            }
+        }
+    }
+    w.into_inner()
+        .map_err(|e| Error::io(path, e.into_error()))?
+        .sync_all()
+        .map_err(io)
+}
+
+/// Writes an untyped array (any dtype the reader accepts, bytes in C order
+/// and in `a.dtype`'s byte order).
+pub fn write_untyped(path: impl AsRef<Path>, a: &NpyArray) -> Result<()> {
+    let path = path.as_ref();
+    let count = a
+        .shape
+        .iter()
+        .try_fold(1usize, |x, &d| x.checked_mul(d))
+        .and_then(|n| n.checked_mul(a.dtype.itemsize()));
+    if count != Some(a.data.len()) {
+        return Err(Error::ShapeMismatch {
+            context: format!("{} (write)", path.display()),
+            expected: format!("{} bytes", a.data.len()),
+            found: a.shape.iter().map(|&d| d as u64).collect(),
+        });
+    }
+    let header = header_bytes(&a.dtype, &a.shape, false)?;
+    let mut w = create(path)?;
+    let io = |e| Error::io(path, e);
+    w.write_all(&header).map_err(io)?;
+    w.write_all(&a.data).map_err(io)?;
+    w.into_inner()
+        .map_err(|e| Error::io(path, e.into_error()))?
+        .sync_all()
+        .map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_parser_handles_numpy_headers() {
+        let h = "{'descr': [('x', '<f4'), ('y', '>i2', (2,))], 'fortran_order': True, 'shape': (3L, 4), }   \n";
+        let lit = LitParser::new(h).parse_all().unwrap();
+        let Lit::Map(m) = lit else { panic!() };
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[2].1, Lit::Seq(vec![Lit::Int(3), Lit::Int(4)]));
+    }
+
+    #[test]
+    fn literal_parser_rejects_garbage_without_panicking() {
+        for s in ["{", "{'a': }", "{'a' 1}", "((((", "'abc", "{'a': 1.5}", "{'a': __import__}", "{'a': 1}x", "'\\x4'", "\"\\u12\""] {
+            assert!(LitParser::new(s).parse_all().is_err(), "{s}");
+        }
+        let deep = "[".repeat(1000);
+        assert!(LitParser::new(&deep).parse_all().is_err());
+    }
+
+    #[test]
+    fn block_tasks_are_bounded() {
+        assert_eq!(block_tasks(Parallelism::Tasks(8), 3, 1 << 40), 3);
+        assert_eq!(block_tasks(Parallelism::Tasks(8), 100, 1 << 10), 1);
+        assert_eq!(block_tasks(Parallelism::Sequential, 100, 1 << 40), 1);
+        assert_eq!(block_tasks(Parallelism::Tasks(4), 100, 1 << 40), 4);
+        assert_eq!(block_tasks(Parallelism::Tasks(0), 100, 1 << 40), 1);
+    }
+}

@@ -1,0 +1,631 @@
+//! Ragged stores: records of one dtype, each with its own shape of any rank
+//! (scalars included).
+//!
+//! Logical record `i` is the physical pair `2i` (payload, elements in C
+//! order) and `2i + 1` (shape: u64 LE rank, then the dims). One append
+//! commits all pairs at once. On read, a shape that disagrees with its
+//! payload length is corruption, reported with the record's index.
+//!
+//! [`RaggedCore`] moves bytes with the dtype known at run time;
+//! [`RaggedStore<T>`] reads and writes `ndarray` arrays. A gather lands in a
+//! [`RaggedBatch`]: all payloads packed in one 8-aligned buffer, reusable
+//! from batch to batch.
+
+use std::marker::PhantomData;
+use std::path::Path;
+
+use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension, IxDyn};
+use zrecord_engine::typed_header::Kind;
+use zrecord_engine::{Codec, CreateOptions, Engine, Stats};
+
+use crate::dtype::{DType, Element, encode_identity_ragged};
+use crate::error::{Error, Result};
+use crate::index::{Indices, resolve};
+use crate::store::{self, OpenOptions};
+
+/// Largest record the format holds (2^31 bytes).
+const MAX_RECORD_BYTES: usize = 1 << 31;
+
+/// An untyped ragged store: records of one run-time dtype, each with its own
+/// shape, in and out as bytes.
+///
+/// `Send + Sync`: gathers and appends take `&self`; delete and compact take
+/// `&mut self`.
+#[derive(Debug)]
+pub struct RaggedCore {
+    engine: Engine,
+    dtype: DType,
+}
+
+/// Payloads and shape records of one append, packed for the engine.
+struct Packed {
+    itemsize: usize,
+    payload: Vec<u8>,
+    payload_offsets: Vec<usize>,
+    meta: Vec<u8>,
+    meta_offsets: Vec<usize>,
+}
+
+impl Packed {
+    fn new(itemsize: usize) -> Packed {
+        Packed {
+            itemsize,
+            payload: Vec::new(),
+            payload_offsets: vec![0],
+            meta: Vec::new(),
+            meta_offsets: vec![0],
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.payload_offsets.len() - 1
+    }
+
+    /// Validates one record's shape against its byte length, then records
+    /// its shape; the payload bytes were already pushed by the caller.
+    fn finish(&mut self, shape: &[u64], start: usize) -> Result<()> {
+        let position = self.len();
+        let found = self.payload.len() - start;
+        let expected = store::nbytes(shape, self.itemsize);
+        if expected != Some(found as u64) {
+            self.payload.truncate(start);
+            return Err(Error::RecordSize {
+                position,
+                shape: shape.to_vec(),
+                itemsize: self.itemsize,
+                expected,
+                found,
+            });
+        }
+        if found == 0 {
+            self.payload.truncate(start);
+            return Err(Error::EmptyRecord { position });
+        }
+        if found > MAX_RECORD_BYTES {
+            self.payload.truncate(start);
+            return Err(Error::invalid(format!(
+                "record {position} of the batch is {found} bytes, over the 2^31-byte record limit"
+            )));
+        }
+        self.payload_offsets.push(self.payload.len());
+        self.meta
+            .extend_from_slice(&(shape.len() as u64).to_le_bytes());
+        for d in shape {
+            self.meta.extend_from_slice(&d.to_le_bytes());
+        }
+        self.meta_offsets.push(self.meta.len());
+        Ok(())
+    }
+
+    fn push(&mut self, shape: &[u64], bytes: &[u8]) -> Result<()> {
+        let start = self.payload.len();
+        self.payload.extend_from_slice(bytes);
+        self.finish(shape, start)
+    }
+
+    fn commit(&self, engine: &Engine) -> Result<u64> {
+        if self.len() == 0 {
+            return Err(Error::invalid("append needs at least one record"));
+        }
+        let first = engine.append_paired(
+            &self.payload,
+            &self.payload_offsets,
+            &self.meta,
+            &self.meta_offsets,
+        )?;
+        Ok(first / 2)
+    }
+}
+
+impl RaggedCore {
+    /// Creates a ragged store of `dtype` records in the directory `path`
+    /// (created if missing; it must hold no files).
+    pub fn create(
+        path: impl AsRef<Path>,
+        dtype: &DType,
+        opts: &CreateOptions,
+    ) -> Result<RaggedCore> {
+        let path = path.as_ref();
+        if matches!(dtype, DType::Padding(_)) || dtype.itemsize() == 0 {
+            return Err(Error::unsupported(
+                dtype.to_string(),
+                "void or zero-size dtypes cannot be stored",
+            ));
+        }
+        store::check_create_options(opts)?;
+        let engine =
+            store::create_store(path, Kind::Ragged, 0, encode_identity_ragged(dtype), opts)?;
+        Ok(RaggedCore {
+            engine,
+            dtype: dtype.clone(),
+        })
+    }
+
+    /// Opens the ragged store at `path`, checking `opts`' dtype and codec
+    /// expectations (`opts.item_shape` is ignored: ragged stores have none).
+    pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<RaggedCore> {
+        let path = path.as_ref();
+        let opened = store::open_store(path, Kind::Ragged, opts)?;
+        if opened.engine.len() % 2 != 0 {
+            return Err(Error::BadStore {
+                file: path.join("meta.zr"),
+                detail: format!(
+                    "a ragged store holds record pairs, but the length is {}",
+                    opened.engine.len()
+                ),
+            });
+        }
+        Ok(RaggedCore {
+            engine: opened.engine,
+            dtype: opened.identity.dtype,
+        })
+    }
+
+    /// The store directory.
+    pub fn path(&self) -> &Path {
+        self.engine.path()
+    }
+
+    /// Number of (logical) records.
+    pub fn len(&self) -> u64 {
+        self.engine.len() / 2
+    }
+
+    /// Whether the store holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The records' dtype.
+    pub fn dtype(&self) -> &DType {
+        &self.dtype
+    }
+
+    /// The store's codec.
+    pub fn codec(&self) -> Codec {
+        self.engine.codec()
+    }
+
+    /// Whether the store has a zstd dictionary.
+    pub fn has_dict(&self) -> bool {
+        self.engine.dictionary().is_some()
+    }
+
+    /// Whether this handle was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.engine.is_read_only()
+    }
+
+    /// Appends records given as (shape, payload bytes) in one commit.
+    /// Each payload must hold exactly `product(shape) * itemsize` bytes and
+    /// at least one element; the first offending record fails the whole
+    /// append, named by its position. Returns the first new index.
+    pub fn append_records<'a>(
+        &self,
+        records: impl IntoIterator<Item = (&'a [u64], &'a [u8])>,
+    ) -> Result<u64> {
+        let mut packed = Packed::new(self.dtype.itemsize());
+        for (shape, bytes) in records {
+            packed.push(shape, bytes)?;
+        }
+        packed.commit(&self.engine)
+    }
+
+    /// Appends raw byte records (pre-encoded images, text) to a `|u1`
+    /// store; record k has shape `[len_k]`.
+    pub fn append_bytes<'a>(&self, records: impl IntoIterator<Item = &'a [u8]>) -> Result<u64> {
+        if self.dtype != u8::dtype() {
+            return Err(Error::DTypeMismatch {
+                context: format!("byte records appended to {}", self.path().display()),
+                expected: self.dtype.to_string(),
+                found: u8::dtype().to_string(),
+            });
+        }
+        let mut packed = Packed::new(1);
+        for r in records {
+            packed.push(&[r.len() as u64], r)?;
+        }
+        packed.commit(&self.engine)
+    }
+
+    fn check_range(&self, indices: &[u64]) -> Result<()> {
+        let len = self.len();
+        match indices.iter().find(|&&i| i >= len) {
+            Some(&i) => Err(Error::IndexOutOfRange {
+                index: i128::from(i),
+                len,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Gathers the records at `indices` into `out`, replacing its contents
+    /// and reusing its capacity.
+    pub fn gather_into(&self, indices: &[u64], out: &mut RaggedBatch) -> Result<()> {
+        self.check_range(indices)?;
+        let n = indices.len();
+        out.clear(self.dtype.clone());
+        // Shape records first, then payloads: shape records are multiples
+        // of 8 bytes, so the payload section starts 8-aligned.
+        out.phys.clear();
+        out.phys.extend(indices.iter().map(|&i| 2 * i + 1));
+        out.phys.extend(indices.iter().map(|&i| 2 * i));
+        out.lens.clear();
+        out.lens.resize(2 * n, 0);
+        self.engine.record_lengths(&out.phys, &mut out.lens, None)?;
+        let corrupted = |k: usize, detail: String| Error::Corrupted {
+            path: self.path().to_path_buf(),
+            index: indices[k],
+            detail,
+        };
+        out.goffs.clear();
+        out.goffs.push(0);
+        let mut at = 0usize;
+        for (k, &l) in out.lens.iter().enumerate() {
+            if k < n && (l < 8 || l % 8 != 0) {
+                return Err(corrupted(
+                    k,
+                    format!("shape record of {l} bytes is not a u64 rank plus dims"),
+                ));
+            }
+            at = usize::try_from(l)
+                .ok()
+                .and_then(|l| at.checked_add(l))
+                .ok_or_else(|| Error::Overflow {
+                    context: store::context(self.path()),
+                    detail: format!("a batch of {n} records"),
+                })?;
+            out.goffs.push(at);
+        }
+        let words = at.div_ceil(8);
+        if out.buf.len() < words {
+            out.buf.resize(words, 0);
+        }
+        let dst = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut out.buf)[..at];
+        self.engine.gather_var(&out.phys, dst, &out.goffs)?;
+        let bytes: &[u8] = bytemuck::cast_slice(&out.buf);
+        let itemsize = self.dtype.itemsize();
+        out.payload_start = out.goffs[n];
+        out.offsets.clear();
+        out.offsets.push(0);
+        for k in 0..n {
+            let raw = &bytes[out.goffs[k]..out.goffs[k + 1]];
+            let word = |j: usize| u64::from_le_bytes(raw[8 * j..8 * j + 8].try_into().expect("8"));
+            let rank = word(0);
+            let have = raw.len() / 8 - 1;
+            if rank != have as u64 {
+                return Err(corrupted(
+                    k,
+                    format!("shape record claims rank {rank} but holds {have} dims"),
+                ));
+            }
+            let dims_at = out.dims.len();
+            out.dims.extend((1..=have).map(word));
+            let shape = &out.dims[dims_at..];
+            let payload = out.lens[n + k];
+            let expected = store::nbytes(shape, itemsize);
+            if expected != Some(payload) {
+                return Err(corrupted(
+                    k,
+                    format!(
+                        "shape {shape:?} of {itemsize}-byte items needs {expected:?} bytes, payload decodes to {payload}"
+                    ),
+                ));
+            }
+            out.dim_offsets.push(out.dims.len());
+            out.offsets.push(out.goffs[n + k + 1] - out.payload_start);
+        }
+        out.data_len = at - out.payload_start;
+        Ok(())
+    }
+
+    /// Deletes the records at `indices` (duplicates tolerated); both
+    /// physical records of each pair move together. Survivors may change
+    /// index.
+    pub fn delete(&mut self, indices: &[u64]) -> Result<()> {
+        self.check_range(indices)?;
+        Ok(self.engine.delete_groups(indices, 2)?)
+    }
+
+    /// Reclaims the bytes of deleted records, in place.
+    pub fn compact(&mut self) -> Result<()> {
+        Ok(self.engine.compact()?)
+    }
+
+    /// Makes every appended record durable.
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.engine.sync()?)
+    }
+
+    /// Storage usage; `records` counts logical records, the byte figures
+    /// include the shape records.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.engine.stats();
+        s.records /= 2;
+        s
+    }
+
+    /// The byte engine underneath (escape hatch; it counts physical records).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+/// A gathered ragged batch: every payload packed in one 8-aligned buffer,
+/// with per-record byte offsets and shapes. Reuse one across gathers to
+/// avoid allocating.
+#[derive(Debug, Default, Clone)]
+pub struct RaggedBatch {
+    /// Shape records then payloads; 8-aligned because it is `u64`s.
+    buf: Vec<u64>,
+    payload_start: usize,
+    data_len: usize,
+    offsets: Vec<usize>,
+    dims: Vec<u64>,
+    dim_offsets: Vec<usize>,
+    dtype: Option<DType>,
+    phys: Vec<u64>,
+    lens: Vec<u64>,
+    goffs: Vec<usize>,
+}
+
+impl RaggedBatch {
+    /// An empty batch.
+    pub fn new() -> RaggedBatch {
+        RaggedBatch {
+            offsets: vec![0],
+            dim_offsets: vec![0],
+            ..Default::default()
+        }
+    }
+
+    fn clear(&mut self, dtype: DType) {
+        self.payload_start = 0;
+        self.data_len = 0;
+        self.offsets.clear();
+        self.offsets.push(0);
+        self.dims.clear();
+        self.dim_offsets.clear();
+        self.dim_offsets.push(0);
+        self.dtype = Some(dtype);
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    /// Whether the batch holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The dtype of the store it was gathered from (`None` before the first
+    /// gather).
+    pub fn dtype(&self) -> Option<&DType> {
+        self.dtype.as_ref()
+    }
+
+    /// Shape of record `k`. Panics if `k >= len()`, like slice indexing.
+    pub fn shape(&self, k: usize) -> &[u64] {
+        &self.dims[self.dim_offsets[k]..self.dim_offsets[k + 1]]
+    }
+
+    /// Payload bytes of record `k`. Panics if `k >= len()`.
+    pub fn bytes(&self, k: usize) -> &[u8] {
+        &self.data()[self.offsets[k]..self.offsets[k + 1]]
+    }
+
+    /// All payloads, packed in order; starts 8-aligned.
+    pub fn data(&self) -> &[u8] {
+        if self.data_len == 0 {
+            return &[];
+        }
+        &bytemuck::cast_slice(&self.buf)[self.payload_start..self.payload_start + self.data_len]
+    }
+
+    /// Byte offsets of the records in [`data`](Self::data) (`len() + 1`).
+    pub fn offsets(&self) -> &[usize] {
+        &self.offsets
+    }
+
+    /// Every record's dims, concatenated.
+    pub fn dims(&self) -> &[u64] {
+        &self.dims
+    }
+
+    /// Where each record's dims start in [`dims`](Self::dims) (`len() + 1`).
+    pub fn dim_offsets(&self) -> &[usize] {
+        &self.dim_offsets
+    }
+
+    /// Record `k` as a typed view, without copying. Errors if `T` is not the
+    /// batch's dtype. Panics if `k >= len()`.
+    pub fn view<T: Element>(&self, k: usize) -> Result<ArrayViewD<'_, T>> {
+        let dt = T::dtype();
+        if self.dtype.as_ref() != Some(&dt) {
+            return Err(Error::DTypeMismatch {
+                context: "ragged batch".into(),
+                expected: dt.to_string(),
+                found: self
+                    .dtype
+                    .as_ref()
+                    .map_or_else(|| "nothing".into(), DType::to_string),
+            });
+        }
+        let elems: &[T] = bytemuck::try_cast_slice(self.bytes(k))
+            .map_err(|e| Error::invalid(format!("record {k} cannot be viewed: {e}")))?;
+        let shape: Vec<usize> = self.shape(k).iter().map(|&d| d as usize).collect();
+        ArrayViewD::from_shape(IxDyn(&shape), elems)
+            .map_err(|e| Error::invalid(format!("record {k} cannot be viewed: {e}")))
+    }
+}
+
+/// A typed ragged store of `T` records, each with its own shape, read and
+/// written as `ndarray` arrays. The dtype is checked once, at open.
+///
+/// ```
+/// use ndarray::{arr0, array};
+/// use zrecord::{Codec, CreateOptions, RaggedStore};
+/// let dir = tempfile::tempdir()?;
+/// let store = RaggedStore::<i32>::create(dir.path().join("r"), &CreateOptions::new(Codec::Zstd))?;
+/// let a = array![[1, 2, 3], [4, 5, 6]].into_dyn();
+/// let b = arr0(7).into_dyn();
+/// store.append([a.view(), b.view()])?;
+/// let got = store.gather(..)?;
+/// assert_eq!(got, vec![a, b]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct RaggedStore<T: Element> {
+    core: RaggedCore,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: Element> RaggedStore<T> {
+    /// Creates a ragged store of `T` records at `path`.
+    pub fn create(path: impl AsRef<Path>, opts: &CreateOptions) -> Result<Self> {
+        Ok(RaggedStore {
+            core: RaggedCore::create(path, &T::dtype(), opts)?,
+            _t: PhantomData,
+        })
+    }
+
+    /// Opens a store read-write; it must hold `T`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &OpenOptions::default())
+    }
+
+    /// Opens a store with options; it must hold `T`.
+    pub fn open_with(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Self> {
+        Self::from_core(RaggedCore::open(path, opts)?)
+    }
+
+    /// Wraps an untyped core whose dtype is `T`'s.
+    pub fn from_core(core: RaggedCore) -> Result<Self> {
+        if *core.dtype() != T::dtype() {
+            return Err(Error::DTypeMismatch {
+                context: store::context(core.path()),
+                expected: T::dtype().to_string(),
+                found: core.dtype().to_string(),
+            });
+        }
+        Ok(RaggedStore {
+            core,
+            _t: PhantomData,
+        })
+    }
+
+    /// Appends records (any rank, any layout; 0-d arrays are scalars) in
+    /// one commit. Returns the index of the first new record.
+    pub fn append<'a, D, I>(&self, records: I) -> Result<u64>
+    where
+        D: Dimension,
+        I: IntoIterator<Item = ArrayView<'a, T, D>>,
+    {
+        let mut packed = Packed::new(std::mem::size_of::<T>());
+        let mut shape = Vec::new();
+        for r in records {
+            shape.clear();
+            shape.extend(r.shape().iter().map(|&d| d as u64));
+            let start = packed.payload.len();
+            match r.as_slice() {
+                Some(s) => packed.payload.extend_from_slice(bytemuck::cast_slice(s)),
+                None => {
+                    for x in r.iter() {
+                        packed.payload.extend_from_slice(bytemuck::bytes_of(x));
+                    }
+                }
+            }
+            packed.finish(&shape, start)?;
+        }
+        packed.commit(&self.core.engine)
+    }
+
+    /// Gathers records as arrays of their own shapes.
+    pub fn gather<'i>(&self, idx: impl Into<Indices<'i>>) -> Result<Vec<ArrayD<T>>> {
+        let positions = resolve(&idx.into(), self.len())?;
+        let mut batch = RaggedBatch::new();
+        self.core.gather_into(&positions, &mut batch)?;
+        (0..batch.len())
+            .map(|k| batch.view::<T>(k).map(|v| v.to_owned()))
+            .collect()
+    }
+
+    /// Gathers into a reusable batch (see [`RaggedCore::gather_into`]).
+    pub fn gather_into(&self, indices: &[u64], out: &mut RaggedBatch) -> Result<()> {
+        self.core.gather_into(indices, out)
+    }
+
+    /// One record; negative counts from the end.
+    pub fn get(&self, i: i64) -> Result<ArrayD<T>> {
+        Ok(self
+            .gather(Indices::One(i))?
+            .pop()
+            .expect("one index gathers one record"))
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.core.len()
+    }
+
+    /// Whether the store holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.core.is_empty()
+    }
+
+    /// Deletes records (any index form; see [`RaggedCore::delete`]).
+    pub fn delete<'i>(&mut self, idx: impl Into<Indices<'i>>) -> Result<()> {
+        let positions = resolve(&idx.into(), self.len())?;
+        self.core.delete(&positions)
+    }
+
+    /// Reclaims the bytes of deleted records.
+    pub fn compact(&mut self) -> Result<()> {
+        self.core.compact()
+    }
+
+    /// Makes every appended record durable.
+    pub fn sync(&self) -> Result<()> {
+        self.core.sync()
+    }
+
+    /// Storage usage (logical records).
+    pub fn stats(&self) -> Stats {
+        self.core.stats()
+    }
+
+    /// Whether the store has a zstd dictionary.
+    pub fn has_dict(&self) -> bool {
+        self.core.has_dict()
+    }
+
+    /// The store's codec.
+    pub fn codec(&self) -> Codec {
+        self.core.codec()
+    }
+
+    /// The records' dtype (`T`'s).
+    pub fn dtype(&self) -> &DType {
+        self.core.dtype()
+    }
+
+    /// The untyped core.
+    pub fn core(&self) -> &RaggedCore {
+        &self.core
+    }
+
+    /// Unwraps the untyped core.
+    pub fn into_core(self) -> RaggedCore {
+        self.core
+    }
+}
+
+impl RaggedStore<u8> {
+    /// Appends raw byte records (pre-encoded images, text), each of shape
+    /// `[len]`, in one commit.
+    pub fn append_bytes<'a>(&self, records: impl IntoIterator<Item = &'a [u8]>) -> Result<u64> {
+        self.core.append_bytes(records)
+    }
+}
