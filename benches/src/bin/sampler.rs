@@ -40,7 +40,7 @@ fn time_per_batch(mut f: impl FnMut(u64)) -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("zsampler vs rand {} SmallRng::random_range, n = {N}", "0.10");
+    println!("zsampler vs rand 0.10 SmallRng::random_range, n = {N}");
     println!(
         "{:>6}  {:<10} {:>12} {:>10} {:>12} {:>10}",
         "batch", "mode", "ours ns/b", "ns/index", "peer ns/b", "peer/ours"
