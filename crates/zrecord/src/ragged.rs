@@ -418,9 +418,6 @@ impl RaggedBatch {
 
     /// All payloads, packed in order; starts 8-aligned.
     pub fn data(&self) -> &[u8] {
-        if self.data_len == 0 {
-            return &[];
-        }
         &bytemuck::cast_slice(&self.buf)[self.payload_start..self.payload_start + self.data_len]
     }
 

@@ -1,0 +1,280 @@
+//! Ragged stores: guards against records coming back with the wrong shape
+//! (scalars, rank-4, non-contiguous inputs), empty or mis-sized records being
+//! stored instead of rejected with their position, a shape record that
+//! disagrees with its payload being read as data instead of reported as
+//! corruption of that index, deletes that split a payload from its shape,
+//! and index forms that resolve differently from NumPy.
+
+use ndarray::{Array, ArrayD, IxDyn, arr0, s};
+use zrecord::{
+    Codec, CreateOptions, DType, Error, Indices, OpenOptions, RaggedBatch, RaggedCore, RaggedStore,
+};
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn records() -> Vec<ArrayD<f32>> {
+    vec![
+        arr0(1.5f32).into_dyn(),
+        Array::from_shape_fn(5, |i| i as f32).into_dyn(),
+        Array::from_shape_fn((2, 3), |(i, j)| (i * 10 + j) as f32).into_dyn(),
+        Array::from_shape_fn((2, 1, 3, 2), |(a, b, c, d)| {
+            (a * 1000 + b * 100 + c * 10 + d) as f32
+        })
+        .into_dyn(),
+        arr0(-3.0f32).into_dyn(),
+    ]
+}
+
+#[test]
+fn shapes_of_every_rank_round_trip_through_reopen() {
+    let dir = tmp();
+    for codec in [Codec::Raw, Codec::Zstd] {
+        let path = dir.path().join(codec.name());
+        let recs = records();
+        {
+            let s = RaggedStore::<f32>::create(&path, &CreateOptions::new(codec)).unwrap();
+            assert_eq!(s.append(recs[..2].iter().map(|a| a.view())).unwrap(), 0);
+            assert_eq!(s.append(recs[2..].iter().map(|a| a.view())).unwrap(), 2);
+            s.sync().unwrap();
+        }
+        let s = RaggedStore::<f32>::open_with(&path, &OpenOptions::read_only()).unwrap();
+        assert_eq!(s.len(), 5);
+        assert_eq!(s.gather(..).unwrap(), recs);
+        assert_eq!(s.get(0).unwrap().shape(), &[] as &[usize]);
+        assert_eq!(s.get(3).unwrap().shape(), &[2, 1, 3, 2]);
+        assert_eq!(s.get(-1).unwrap(), recs[4]);
+        assert_eq!(s.stats().records, 5);
+    }
+}
+
+#[test]
+fn non_contiguous_views_are_stored_in_c_order() {
+    let dir = tmp();
+    let s =
+        RaggedStore::<i16>::create(dir.path().join("t"), &CreateOptions::new(Codec::Raw)).unwrap();
+    let a = Array::from_shape_fn((3, 4), |(i, j)| (i * 4 + j) as i16);
+    let t = a.t();
+    let every_other = a.slice(s![.., ..;2]);
+    s.append([t.into_dyn(), every_other.into_dyn()]).unwrap();
+    let got = s.gather(..).unwrap();
+    assert_eq!(got[0], t.into_dyn());
+    assert_eq!(got[1], every_other.into_dyn());
+}
+
+#[test]
+fn empty_and_mis_sized_records_are_rejected_with_their_position() {
+    let dir = tmp();
+    let s =
+        RaggedStore::<f32>::create(dir.path().join("e"), &CreateOptions::new(Codec::Zstd)).unwrap();
+    let ok = Array::<f32, _>::zeros(3).into_dyn();
+    let empty = Array::<f32, _>::zeros((2, 0)).into_dyn();
+    match s.append([ok.view(), ok.view(), empty.view()]) {
+        Err(Error::EmptyRecord { position: 2 }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.len(), 0, "nothing of a refused batch lands");
+    let nothing: [ndarray::ArrayViewD<'_, f32>; 0] = [];
+    assert!(s.append(nothing).is_err());
+    let core = s.core();
+    match core.append_records([
+        (&[3u64][..], &[0u8; 12][..]),
+        (&[2u64, 2][..], &[0u8; 12][..]),
+    ]) {
+        Err(Error::RecordSize {
+            position: 1,
+            expected: Some(16),
+            found: 12,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    match core.append_records([(&[u64::MAX, 4][..], &[0u8; 4][..])]) {
+        Err(Error::RecordSize {
+            position: 0,
+            expected: None,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        core.append_records([(&[0u64][..], &[][..])]),
+        Err(Error::EmptyRecord { position: 0 })
+    ));
+    assert_eq!(s.len(), 0);
+}
+
+#[test]
+fn byte_records_for_u8_stores_only() {
+    let dir = tmp();
+    let s =
+        RaggedStore::<u8>::create(dir.path().join("b"), &CreateOptions::new(Codec::Zstd)).unwrap();
+    let texts: [&[u8]; 3] = [b"hello", b"\x89PNG\r\n\x1a\n...", b"x"];
+    s.append_bytes(texts).unwrap();
+    let got = s.gather(..).unwrap();
+    for (g, t) in got.iter().zip(texts) {
+        assert_eq!(g.shape(), &[t.len()]);
+        assert_eq!(g.as_slice().unwrap(), t);
+    }
+    assert!(matches!(
+        s.append_bytes([&b""[..]]),
+        Err(Error::EmptyRecord { position: 0 })
+    ));
+    let f = RaggedCore::create(
+        dir.path().join("f"),
+        &DType::parse("<f4").unwrap(),
+        &CreateOptions::new(Codec::Raw),
+    )
+    .unwrap();
+    let e = f.append_bytes([&b"abcd"[..]]).unwrap_err();
+    assert!(
+        e.to_string().contains("<f4") && e.to_string().contains("|u1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn gather_into_reuses_a_batch_and_views_without_copying() {
+    let dir = tmp();
+    let s =
+        RaggedStore::<f64>::create(dir.path().join("v"), &CreateOptions::new(Codec::Zstd)).unwrap();
+    let recs: Vec<ArrayD<f64>> = (1..=20)
+        .map(|n| Array::from_shape_fn(n, |i| (n * 100 + i) as f64).into_dyn())
+        .collect();
+    s.append(recs.iter().map(|a| a.view())).unwrap();
+    let mut batch = RaggedBatch::new();
+    for idx in [vec![19u64, 0, 7], vec![3], vec![], vec![5, 5, 18, 1]] {
+        s.gather_into(&idx, &mut batch).unwrap();
+        assert_eq!(batch.len(), idx.len());
+        assert_eq!(batch.data().as_ptr() as usize % 8, 0);
+        for (k, &i) in idx.iter().enumerate() {
+            assert_eq!(batch.view::<f64>(k).unwrap(), recs[i as usize].view());
+            assert_eq!(batch.shape(k), &[i + 1]);
+            assert_eq!(batch.bytes(k).len(), (i as usize + 1) * 8);
+        }
+        assert_eq!(*batch.offsets().last().unwrap(), batch.data().len());
+    }
+    assert!(batch.view::<f32>(0).is_err());
+    assert!(matches!(
+        s.gather_into(&[20], &mut batch),
+        Err(Error::IndexOutOfRange { index: 20, len: 20 })
+    ));
+}
+
+#[test]
+fn every_index_form_and_out_of_range() {
+    let dir = tmp();
+    let s =
+        RaggedStore::<i32>::create(dir.path().join("i"), &CreateOptions::new(Codec::Raw)).unwrap();
+    let recs: Vec<ArrayD<i32>> = (0..6)
+        .map(|n| Array::from_elem(n + 1, n as i32).into_dyn())
+        .collect();
+    s.append(recs.iter().map(|a| a.view())).unwrap();
+    let firsts =
+        |idx: Indices<'_>| -> Vec<i32> { s.gather(idx).unwrap().iter().map(|a| a[[0]]).collect() };
+    assert_eq!(firsts(Indices::One(-6)), vec![0]);
+    assert_eq!(firsts(Indices::range(Some(-1), None, -2)), vec![5, 3, 1]);
+    assert_eq!(firsts(Indices::List(&[-1, 0, -1])), vec![5, 0, 5]);
+    assert_eq!(
+        firsts(Indices::Mask(&[false, true, false, false, true, false])),
+        vec![1, 4]
+    );
+    assert_eq!(firsts((1..3).into()), vec![1, 2]);
+    for bad in [6i64, -7] {
+        assert!(matches!(
+            s.get(bad),
+            Err(Error::IndexOutOfRange { len: 6, .. })
+        ));
+    }
+}
+
+#[test]
+fn delete_moves_payload_and_shape_together() {
+    let dir = tmp();
+    let path = dir.path().join("d");
+    let mut s = RaggedStore::<u16>::create(&path, &CreateOptions::new(Codec::Zstd)).unwrap();
+    let recs: Vec<ArrayD<u16>> = (0..10)
+        .map(|n| Array::from_elem(IxDyn(&vec![2; n % 4]), n as u16).into_dyn())
+        .collect();
+    s.append(recs.iter().map(|a| a.view())).unwrap();
+    s.delete(Indices::List(&[0, 3, 3, -1])).unwrap();
+    assert_eq!(s.len(), 7);
+    s.compact().unwrap();
+    drop(s);
+    let s = RaggedStore::<u16>::open(&path).unwrap();
+    let mut got: Vec<(u16, Vec<usize>)> = s
+        .gather(..)
+        .unwrap()
+        .into_iter()
+        .map(|a| (*a.iter().next().unwrap(), a.shape().to_vec()))
+        .collect();
+    got.sort();
+    let want: Vec<(u16, Vec<usize>)> = [1u16, 2, 4, 5, 6, 7, 8]
+        .iter()
+        .map(|&n| (n, vec![2; n as usize % 4]))
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// Rewrites the shape record of logical record `i` in a raw store (found by
+/// scanning the chunk for the exact bytes) to `new`, which must be the same
+/// length.
+fn overwrite_shape(path: &std::path::Path, old: &[u8], new: &[u8]) {
+    let chunk = path.join("0.chunk");
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let at = bytes
+        .windows(old.len())
+        .position(|w| w == old)
+        .expect("shape record present");
+    bytes[at..at + new.len()].copy_from_slice(new);
+    std::fs::write(&chunk, bytes).unwrap();
+}
+
+fn shape_record(dims: &[u64]) -> Vec<u8> {
+    let mut v = (dims.len() as u64).to_le_bytes().to_vec();
+    for d in dims {
+        v.extend_from_slice(&d.to_le_bytes());
+    }
+    v
+}
+
+#[test]
+fn a_shape_that_disagrees_with_its_payload_is_corruption_naming_the_index() {
+    let dir = tmp();
+    let path = dir.path().join("c");
+    {
+        let s = RaggedStore::<u8>::create(&path, &CreateOptions::new(Codec::Raw)).unwrap();
+        s.append_bytes([&[1u8; 16][..], &[2u8; 77][..], &[3u8; 5][..]])
+            .unwrap();
+        s.sync().unwrap();
+    }
+    // Record 1's shape [77] becomes [78]: the payload is 77 bytes.
+    overwrite_shape(&path, &shape_record(&[77]), &shape_record(&[78]));
+    let s = RaggedStore::<u8>::open(&path).unwrap();
+    assert_eq!(s.get(0).unwrap().len(), 16);
+    match s.gather(&[0i64, 1][..]) {
+        Err(Error::Corrupted { index: 1, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    drop(s);
+    // A rank that disagrees with the record's length.
+    overwrite_shape(&path, &shape_record(&[5]), &[2, 0, 0, 0, 0, 0, 0, 0]);
+    let s = RaggedStore::<u8>::open(&path).unwrap();
+    match s.get(2) {
+        Err(e @ Error::Corrupted { index: 2, .. }) => {
+            assert!(e.to_string().contains("rank"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn core_and_stores_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<RaggedCore>();
+    check::<zrecord::DenseCore>();
+    check::<RaggedStore<f32>>();
+    check::<zrecord::DenseStore<u8>>();
+    check::<RaggedBatch>();
+}
