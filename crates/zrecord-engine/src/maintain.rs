@@ -159,6 +159,8 @@ impl Engine {
         let mut chunk = 0u32;
         let mut off = 0u64;
         let mut moves = 0u64;
+        // Packed end of every chunk before the final one.
+        let mut packed_ends: Vec<u64> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
         for &i in &order {
             let loc = st.table[i as usize];
@@ -192,7 +194,16 @@ impl Engine {
                     .write_at(&new.encode(), (i % seg) * LOC_SIZE as u64)
                     .map_err(|e| poison(Error::io(&h.path, "write", e)))?;
                 st.table[i as usize] = new;
+                let end = &mut st.chunk_ends[c as usize];
+                *end = (*end).max(o + phys);
                 moves += 1;
+            }
+            while (packed_ends.len() as u32) < c {
+                packed_ends.push(if packed_ends.len() as u32 == chunk {
+                    off
+                } else {
+                    0
+                });
             }
             chunk = c;
             off = o + phys;
@@ -216,11 +227,16 @@ impl Engine {
             .map_err(|e| poison(Error::io(&self.meta.path, "write", e)))?;
         st.header = header;
 
-        // Release the space: truncate the tail chunk, drop later chunks.
-        let tail = &st.chunks[chunk as usize];
-        tail.file
-            .set_len(off)
-            .map_err(|e| poison(Error::io(&tail.path, "truncate", e)))?;
+        // Release the space: truncate every retained chunk to its packed
+        // end (nothing live lies beyond it), drop later chunks.
+        packed_ends.push(off);
+        for (c, &end) in packed_ends.iter().enumerate() {
+            let h = &st.chunks[c];
+            h.file
+                .set_len(end)
+                .map_err(|e| poison(Error::io(&h.path, "truncate", e)))?;
+            st.chunk_ends[c] = end;
+        }
         while st.chunks.len() > chunk as usize + 1 {
             let h = st.chunks.pop().expect("nonempty");
             st.chunk_ends.pop();
@@ -229,7 +245,6 @@ impl Engine {
             vfs.remove(&p)
                 .map_err(|e| poison(Error::io(&p, "remove", e)))?;
         }
-        st.chunk_ends[chunk as usize] = off;
         // Loc segments: keep exactly what `length` needs.
         let len = st.table.len() as u64;
         let nseg = len.div_ceil(seg) as usize;
