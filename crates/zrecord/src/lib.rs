@@ -21,7 +21,9 @@ pub mod dense;
 pub mod dtype;
 pub mod error;
 pub mod index;
+pub mod npy;
 pub mod ragged;
+pub mod text;
 
 pub use dtype::{Bool, ByteOrder, Complex, DType, Element, Field, Identity, ScalarKind};
 pub use error::{Error, NpyHeaderProblem, Result};

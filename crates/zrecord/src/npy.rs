@@ -180,7 +180,9 @@ fn parse_preamble(path: &Path, bytes: &[u8]) -> Result<((u8, u8), u64, usize)> {
 fn parse_header(path: &Path, bytes: &[u8], file_len: Option<u64>) -> Result<NpyHeader> {
     let (version, hlen, pre) = parse_preamble(path, bytes)?;
     let needed = pre as u64 + hlen;
-    let have = file_len.unwrap_or(bytes.len() as u64).min(bytes.len() as u64);
+    let have = file_len
+        .unwrap_or(bytes.len() as u64)
+        .min(bytes.len() as u64);
     if have < needed {
         return Err(hdr_err(
             path,
@@ -284,7 +286,10 @@ fn parse_header(path: &Path, bytes: &[u8], file_len: Option<u64>) -> Result<NpyH
                     path,
                     NpyHeaderProblem::BadValue {
                         key: "shape",
-                        detail: format!("dimension {} is not a non-negative integer", other.render()),
+                        detail: format!(
+                            "dimension {} is not a non-negative integer",
+                            other.render()
+                        ),
                     },
                 ));
             }
@@ -347,8 +352,7 @@ impl<'a> LitParser<'a> {
     }
 
     fn ws(&mut self) {
-        while self.pos < self.s.len() && matches!(self.s[self.pos], b' ' | b'\t' | b'\n' | b'\r')
-        {
+        while self.pos < self.s.len() && matches!(self.s[self.pos], b' ' | b'\t' | b'\n' | b'\r') {
             self.pos += 1;
         }
     }
@@ -429,7 +433,12 @@ impl<'a> LitParser<'a> {
             match self.peek() {
                 Some(b',') => self.pos += 1,
                 Some(c) if c == close => {}
-                _ => return Err(format!("expected ',' or {:?} at byte {}", close as char, self.pos)),
+                _ => {
+                    return Err(format!(
+                        "expected ',' or {:?} at byte {}",
+                        close as char, self.pos
+                    ));
+                }
             }
         }
     }
@@ -505,7 +514,9 @@ impl<'a> LitParser<'a> {
         if self.pos < self.s.len() && matches!(self.s[self.pos], b'L' | b'l') {
             self.pos += 1;
         }
-        if self.pos < self.s.len() && (self.s[self.pos].is_ascii_alphanumeric() || self.s[self.pos] == b'.') {
+        if self.pos < self.s.len()
+            && (self.s[self.pos].is_ascii_alphanumeric() || self.s[self.pos] == b'.')
+        {
             return Err(format!("bad number at byte {start}"));
         }
         Ok(Lit::Int(v))
@@ -876,7 +887,11 @@ pub fn header_bytes(dtype: &DType, shape: &[usize], fortran_order: bool) -> Resu
         }
     );
     if !shape.is_empty() {
-        let growth = if fortran_order { shape[shape.len() - 1] } else { shape[0] };
+        let growth = if fortran_order {
+            shape[shape.len() - 1]
+        } else {
+            shape[0]
+        };
         let digits = growth.to_string().len();
         dict.extend(std::iter::repeat_n(' ', 21usize.saturating_sub(digits)));
     }
@@ -988,7 +1003,18 @@ mod tests {
 
     #[test]
     fn literal_parser_rejects_garbage_without_panicking() {
-        for s in ["{", "{'a': }", "{'a' 1}", "((((", "'abc", "{'a': 1.5}", "{'a': __import__}", "{'a': 1}x", "'\\x4'", "\"\\u12\""] {
+        for s in [
+            "{",
+            "{'a': }",
+            "{'a' 1}",
+            "((((",
+            "'abc",
+            "{'a': 1.5}",
+            "{'a': __import__}",
+            "{'a': 1}x",
+            "'\\x4'",
+            "\"\\u12\"",
+        ] {
             assert!(LitParser::new(s).parse_all().is_err(), "{s}");
         }
         let deep = "[".repeat(1000);

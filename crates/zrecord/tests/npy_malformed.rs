@@ -54,8 +54,14 @@ fn each_malformation_has_its_error() {
     let mut v11 = good.clone();
     v11[7] = 1;
     assert_eq!(problem(&v11), NpyHeaderProblem::UnsupportedVersion(1, 1));
-    assert!(matches!(problem(&good[..7]), NpyHeaderProblem::Truncated { .. }));
-    assert!(matches!(problem(&good[..good.len() - 1]), NpyHeaderProblem::Truncated { .. }));
+    assert!(matches!(
+        problem(&good[..7]),
+        NpyHeaderProblem::Truncated { .. }
+    ));
+    assert!(matches!(
+        problem(&good[..good.len() - 1]),
+        NpyHeaderProblem::Truncated { .. }
+    ));
     // v2 length over 1 MiB: refused before reading it.
     let mut huge = b"\x93NUMPY\x02\x00".to_vec();
     huge.extend_from_slice(&(2u32 << 20).to_le_bytes());
@@ -65,22 +71,70 @@ fn each_malformation_has_its_error() {
     assert_eq!(problem(&latin), NpyHeaderProblem::Encoding("UTF-8"));
 
     let cases: &[(&str, fn(&NpyHeaderProblem) -> bool)] = &[
-        ("{'fortran_order': False, 'shape': (2,)}", |p| *p == NpyHeaderProblem::MissingKey("descr")),
-        ("{'descr': '<f4', 'shape': (2,)}", |p| *p == NpyHeaderProblem::MissingKey("fortran_order")),
-        ("{'descr': '<f4', 'fortran_order': False}", |p| *p == NpyHeaderProblem::MissingKey("shape")),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'extra': 1}", |p| matches!(p, NpyHeaderProblem::UnexpectedKey(k) if k.contains("extra"))),
-        ("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", |p| matches!(p, NpyHeaderProblem::UnexpectedKey(_))),
-        ("{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}", |p| matches!(p, NpyHeaderProblem::BadValue { key: "fortran_order", .. })),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': 2}", |p| matches!(p, NpyHeaderProblem::BadValue { key: "shape", .. })),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}", |p| matches!(p, NpyHeaderProblem::BadValue { key: "shape", .. })),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': ('a',)}", |p| matches!(p, NpyHeaderProblem::BadValue { key: "shape", .. })),
-        ("{'descr': 4, 'fortran_order': False, 'shape': (2,)}", |p| matches!(p, NpyHeaderProblem::BadValue { key: "descr", .. })),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296)}", |p| matches!(p, NpyHeaderProblem::ShapeOverflow(_))),
-        ("{'descr': '<f8', 'fortran_order': False, 'shape': (1152921504606846976,)}", |p| matches!(p, NpyHeaderProblem::ShapeOverflow(_))),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,)", |p| matches!(p, NpyHeaderProblem::Syntax(_))),
-        ("['descr', '<f4']", |p| matches!(p, NpyHeaderProblem::Syntax(_))),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': (2.5,)}", |p| matches!(p, NpyHeaderProblem::Syntax(_))),
-        ("{'descr': '<f4', 'fortran_order': __import__('os'), 'shape': (2,)}", |p| matches!(p, NpyHeaderProblem::Syntax(_))),
+        ("{'fortran_order': False, 'shape': (2,)}", |p| {
+            *p == NpyHeaderProblem::MissingKey("descr")
+        }),
+        ("{'descr': '<f4', 'shape': (2,)}", |p| {
+            *p == NpyHeaderProblem::MissingKey("fortran_order")
+        }),
+        ("{'descr': '<f4', 'fortran_order': False}", |p| {
+            *p == NpyHeaderProblem::MissingKey("shape")
+        }),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'extra': 1}",
+            |p| matches!(p, NpyHeaderProblem::UnexpectedKey(k) if k.contains("extra")),
+        ),
+        (
+            "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}",
+            |p| matches!(p, NpyHeaderProblem::UnexpectedKey(_)),
+        ),
+        ("{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}", |p| {
+            matches!(
+                p,
+                NpyHeaderProblem::BadValue {
+                    key: "fortran_order",
+                    ..
+                }
+            )
+        }),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': 2}",
+            |p| matches!(p, NpyHeaderProblem::BadValue { key: "shape", .. }),
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}",
+            |p| matches!(p, NpyHeaderProblem::BadValue { key: "shape", .. }),
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': ('a',)}",
+            |p| matches!(p, NpyHeaderProblem::BadValue { key: "shape", .. }),
+        ),
+        ("{'descr': 4, 'fortran_order': False, 'shape': (2,)}", |p| {
+            matches!(p, NpyHeaderProblem::BadValue { key: "descr", .. })
+        }),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296)}",
+            |p| matches!(p, NpyHeaderProblem::ShapeOverflow(_)),
+        ),
+        (
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (1152921504606846976,)}",
+            |p| matches!(p, NpyHeaderProblem::ShapeOverflow(_)),
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)",
+            |p| matches!(p, NpyHeaderProblem::Syntax(_)),
+        ),
+        ("['descr', '<f4']", |p| {
+            matches!(p, NpyHeaderProblem::Syntax(_))
+        }),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2.5,)}",
+            |p| matches!(p, NpyHeaderProblem::Syntax(_)),
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': __import__('os'), 'shape': (2,)}",
+            |p| matches!(p, NpyHeaderProblem::Syntax(_)),
+        ),
     ];
     for (dict, ok) in cases {
         for v in [1, 2] {
@@ -108,17 +162,34 @@ fn truncated_payloads_are_errors_never_zero_filled() {
     let t = dir.path().join("t.npy");
     std::fs::write(&t, &bytes[..bytes.len() - 1]).unwrap();
     match npy::read::<f64>(&t) {
-        Err(Error::NpyTruncated { expected, found, .. }) => assert_eq!((expected, found), (240, 239)),
+        Err(Error::NpyTruncated {
+            expected, found, ..
+        }) => assert_eq!((expected, found), (240, 239)),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(npy::read_untyped(&t), Err(Error::NpyTruncated { .. })));
-    assert!(matches!(npy::read_from(&bytes[..bytes.len() - 1]), Err(Error::NpyTruncated { .. })));
+    assert!(matches!(
+        npy::read_untyped(&t),
+        Err(Error::NpyTruncated { .. })
+    ));
+    assert!(matches!(
+        npy::read_from(&bytes[..bytes.len() - 1]),
+        Err(Error::NpyTruncated { .. })
+    ));
     // A header claiming a huge payload over a tiny file: an error, not an
     // allocation of the claimed size.
-    let lying = with_dict(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (100000000000,)}");
+    let lying = with_dict(
+        1,
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (100000000000,)}",
+    );
     std::fs::write(&t, &lying).unwrap();
-    assert!(matches!(npy::read::<f64>(&t), Err(Error::NpyTruncated { .. })));
-    assert!(matches!(npy::read_from(&lying[..]), Err(Error::NpyTruncated { .. })));
+    assert!(matches!(
+        npy::read::<f64>(&t),
+        Err(Error::NpyTruncated { .. })
+    ));
+    assert!(matches!(
+        npy::read_from(&lying[..]),
+        Err(Error::NpyTruncated { .. })
+    ));
     // Header-only read succeeds on the same file: payload is checked by readers.
     assert_eq!(npy::read_header(&t).unwrap().shape, vec![100000000000]);
 }

@@ -87,7 +87,10 @@ fn numpy_files_read_element_exact_and_write_back_byte_identical() {
         let path = dir.path().join(format!("{name}.npy"));
         let raw = std::fs::read(dir.path().join(format!("{name}.raw"))).unwrap();
         let a = npy::read_untyped(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(a.data == raw, "{name}: payload differs from numpy's C-order bytes");
+        assert!(
+            a.data == raw,
+            "{name}: payload differs from numpy's C-order bytes"
+        );
         assert!(a.dtype.is_native(), "{name}");
         if dt != "structured" {
             assert_eq!(a.dtype, DType::parse(dt).unwrap(), "{name}");
@@ -197,7 +200,12 @@ fn prefix_and_block_reads_agree_with_the_full_read() {
         npy::read_prefix::<f32>(&path, 65, None),
         Err(zrecord::Error::ShapeMismatch { .. })
     ));
-    for p in [Parallelism::Sequential, Parallelism::Tasks(2), Parallelism::Tasks(3), Parallelism::Auto] {
+    for p in [
+        Parallelism::Sequential,
+        Parallelism::Tasks(2),
+        Parallelism::Tasks(3),
+        Parallelism::Auto,
+    ] {
         let blocks: Vec<ArrayD<f32>> = npy::read_blocks(&path, p).unwrap();
         assert_eq!(blocks.len(), 64);
         for (i, b) in blocks.iter().enumerate() {
@@ -222,7 +230,11 @@ fn prefix_and_block_reads_agree_with_the_full_read() {
     let t = dir.path().join("t.npy");
     let bytes = std::fs::read(&path).unwrap();
     let h = npy::read_header(&path).unwrap();
-    std::fs::write(&t, &bytes[..h.data_offset as usize + h.payload_bytes as usize / 2]).unwrap();
+    std::fs::write(
+        &t,
+        &bytes[..h.data_offset as usize + h.payload_bytes as usize / 2],
+    )
+    .unwrap();
     let p: ArrayD<f32> = npy::read_prefix(&t, 32, None).unwrap();
     assert_eq!(p, a.slice(ndarray::s![..32, .., ..]).into_dyn());
     assert!(matches!(

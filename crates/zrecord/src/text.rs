@@ -1,0 +1,616 @@
+//! A parallel `loadtxt`: delimited numeric text into an `Array2<f64>` or
+//! `Array2<f32>`.
+//!
+//! The file is memory-mapped. After the header rows, the text is cut at
+//! newlines into chunks; a first parallel pass counts the data rows of each
+//! chunk, prefix sums give each chunk its first output row, and a second
+//! parallel pass parses each chunk straight into its rows of the one output
+//! buffer. Nothing is allocated per row or per token; numbers are parsed by
+//! `fast-float2` (correctly rounded, for `f32` directly to `f32`).
+//!
+//! Accepted text, as `numpy.loadtxt` accepts it: fields separated by any run
+//! of spaces/tabs (the default) or by one delimiter byte (then spaces around
+//! a field are ignored, and an empty field is an error); `#` comments (also
+//! after data); blank lines; LF or CRLF endings; a leading `+`; `nan`,
+//! `inf`, `infinity` in any case and with a sign.
+//!
+//! Differences from NumPy: an empty file (or one without data rows) gives a
+//! `(0, 0)` array and a one-column file gives `(n, 1)` (never a 1-D array);
+//! every data row must have the same number of fields, also with `usecols`;
+//! `skip_rows` counts header *data* lines, after comment and blank lines
+//! (fast_loadtxt's definition; NumPy's `skiprows` counts physical lines — the
+//! two agree when the header comes first).
+//!
+//! ```
+//! use zrecord::text::{loadtxt_bytes, LoadTxtOptions};
+//! let text = b"# x y\n1.5 2\n-inf 4e-3  # note\n\n+5 NaN\r\n";
+//! let a = loadtxt_bytes::<f64>(text, &LoadTxtOptions::default())?;
+//! assert_eq!(a.shape(), &[3, 2]);
+//! assert_eq!(a[[1, 1]], 4e-3);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fs::File;
+use std::path::Path;
+
+use ndarray::Array2;
+use rayon::prelude::*;
+
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+
+/// Options of [`loadtxt`]. `Default` gives NumPy's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadTxtOptions {
+    /// Field separator; `None` splits on runs of spaces and tabs.
+    pub delimiter: Option<u8>,
+    /// Comment byte: it and the rest of its line are ignored. Default `#`.
+    pub comments: Option<u8>,
+    /// Data lines to skip at the start (header rows), counted after comment
+    /// and blank lines.
+    pub skip_rows: usize,
+    /// Columns to keep, in output order (indices into the file's fields).
+    pub usecols: Option<Vec<usize>>,
+    /// Read at most this many data rows (after `skip_rows`).
+    pub max_rows: Option<usize>,
+    /// Worker threads; 0 uses the current rayon pool.
+    pub threads: usize,
+    /// Target bytes per parallel chunk; 0 picks one from the file size and
+    /// thread count.
+    pub chunk_bytes: usize,
+}
+
+impl Default for LoadTxtOptions {
+    fn default() -> Self {
+        LoadTxtOptions {
+            delimiter: None,
+            comments: Some(b'#'),
+            skip_rows: 0,
+            usecols: None,
+            max_rows: None,
+            threads: 0,
+            chunk_bytes: 0,
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// A float type [`loadtxt`] can produce: `f32` or `f64`.
+pub trait TextFloat: Element + sealed::Sealed {
+    /// Parses a number at the start of `s`; returns it and the bytes used.
+    #[doc(hidden)]
+    fn parse_prefix(s: &[u8]) -> Option<(Self, usize)>;
+}
+
+impl TextFloat for f32 {
+    fn parse_prefix(s: &[u8]) -> Option<(Self, usize)> {
+        fast_float2::parse_partial(s).ok()
+    }
+}
+
+impl TextFloat for f64 {
+    fn parse_prefix(s: &[u8]) -> Option<(Self, usize)> {
+        fast_float2::parse_partial(s).ok()
+    }
+}
+
+/// Loads a text file of numbers into a 2-D array (rows x columns).
+pub fn loadtxt<T: TextFloat>(path: impl AsRef<Path>, opts: &LoadTxtOptions) -> Result<Array2<T>> {
+    let path = path.as_ref();
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len == 0 {
+        return load(path, &[], opts);
+    }
+    // SAFETY: the map is read-only and private to this call. Its contents
+    // could change if another process modified the file meanwhile; the parser
+    // treats the bytes as untrusted and never relies on them being stable
+    // between reads (a change yields wrong numbers or an error, not UB in our
+    // code), which is the usual contract of read-only file maps.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+    #[cfg(unix)]
+    let _ = map.advise(memmap2::Advice::Sequential);
+    load(path, &map, opts)
+}
+
+/// [`loadtxt`] over bytes already in memory (errors name `<memory>`).
+pub fn loadtxt_bytes<T: TextFloat>(bytes: &[u8], opts: &LoadTxtOptions) -> Result<Array2<T>> {
+    load(Path::new("<memory>"), bytes, opts)
+}
+
+/// Parsing configuration shared by all chunks.
+struct Cfg<'a> {
+    delim: Option<u8>,
+    comment: Option<u8>,
+    ncols: usize,
+    /// For each file column, its output position (usecols only).
+    col_map: Option<&'a [Option<usize>]>,
+}
+
+/// Why a row failed: wrong field count, or a bad token (field index and
+/// byte range within the line).
+enum RowErr {
+    Columns(usize),
+    Token(usize, usize, usize),
+}
+
+#[inline]
+fn is_ws(b: u8) -> bool {
+    b == b' ' || b == b'\t' || b == b'\r' || b == 0x0b || b == 0x0c
+}
+
+/// Index of the first `needle` in `hay`, eight bytes at a time.
+#[inline]
+fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let pat = LO.wrapping_mul(needle as u64);
+    let mut i = 0;
+    while i + 8 <= hay.len() {
+        let w = u64::from_le_bytes(hay[i..i + 8].try_into().unwrap_or([0; 8])) ^ pat;
+        let z = w.wrapping_sub(LO) & !w & HI;
+        if z != 0 {
+            return Some(i + (z.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    hay[i..].iter().position(|&b| b == needle).map(|p| p + i)
+}
+
+/// The line starting at `pos`: (content end excluding `\r\n`, next line start).
+#[inline]
+fn line_at(bytes: &[u8], pos: usize, end: usize) -> (usize, usize) {
+    let (mut e, next) = match find_byte(&bytes[pos..end], b'\n') {
+        Some(i) => (pos + i, pos + i + 1),
+        None => (end, end),
+    };
+    if e > pos && bytes[e - 1] == b'\r' {
+        e -= 1;
+    }
+    (e, next)
+}
+
+/// True when the line holds data (something before any comment).
+#[inline]
+fn is_data(line: &[u8], comment: Option<u8>) -> bool {
+    for &b in line {
+        if is_ws(b) {
+            continue;
+        }
+        return Some(b) != comment;
+    }
+    false
+}
+
+/// Counts the fields of a data line.
+fn count_fields(line: &[u8], cfg: &Cfg) -> usize {
+    let line = match cfg.comment.and_then(|c| find_byte(line, c)) {
+        Some(i) => &line[..i],
+        None => line,
+    };
+    match cfg.delim {
+        Some(d) => line.iter().filter(|&&b| b == d).count() + 1,
+        None => {
+            let mut n = 0;
+            let mut in_tok = false;
+            for &b in line {
+                let ws = is_ws(b);
+                if !ws && !in_tok {
+                    n += 1;
+                }
+                in_tok = !ws;
+            }
+            n
+        }
+    }
+}
+
+/// Parses one data line into `out` (`cfg.nout` values).
+#[inline]
+fn parse_row<T: TextFloat>(
+    line: &[u8],
+    cfg: &Cfg,
+    out: &mut [T],
+) -> std::result::Result<(), RowErr> {
+    let n = line.len();
+    let is_end = |p: usize| p >= n || Some(line[p]) == cfg.comment;
+    let mut p = 0;
+    let mut col = 0;
+    match cfg.delim {
+        None => loop {
+            while p < n && is_ws(line[p]) {
+                p += 1;
+            }
+            if is_end(p) {
+                break;
+            }
+            if col >= cfg.ncols {
+                return Err(RowErr::Columns(col + count_fields(&line[p..], cfg)));
+            }
+            let start = p;
+            let target = match cfg.col_map {
+                None => Some(col),
+                Some(m) => m[col],
+            };
+            match target {
+                Some(t) => match T::parse_prefix(&line[p..]) {
+                    Some((v, used))
+                        if used > 0
+                            && (p + used >= n || is_ws(line[p + used]) || is_end(p + used)) =>
+                    {
+                        out[t] = v;
+                        p += used;
+                    }
+                    _ => {
+                        while p < n && !is_ws(line[p]) && Some(line[p]) != cfg.comment {
+                            p += 1;
+                        }
+                        return Err(RowErr::Token(col, start, p));
+                    }
+                },
+                None => {
+                    while p < n && !is_ws(line[p]) && Some(line[p]) != cfg.comment {
+                        p += 1;
+                    }
+                }
+            }
+            col += 1;
+        },
+        Some(d) => loop {
+            let ws = |b: u8| b != d && is_ws(b);
+            while p < n && ws(line[p]) {
+                p += 1;
+            }
+            if col >= cfg.ncols {
+                return Err(RowErr::Columns(col + count_fields(&line[p..], cfg)));
+            }
+            let start = p;
+            let target = match cfg.col_map {
+                None => Some(col),
+                Some(m) => m[col],
+            };
+            let field_end = |p: &mut usize| {
+                while *p < n && line[*p] != d && Some(line[*p]) != cfg.comment {
+                    *p += 1;
+                }
+            };
+            match target {
+                Some(t) => {
+                    let parsed = if is_end(p) || line[p] == d {
+                        None
+                    } else {
+                        T::parse_prefix(&line[p..])
+                    };
+                    let ok = match parsed {
+                        Some((v, used)) if used > 0 => {
+                            let mut q = p + used;
+                            while q < n && ws(line[q]) {
+                                q += 1;
+                            }
+                            if is_end(q) || line[q] == d {
+                                out[t] = v;
+                                p = q;
+                                true
+                            } else {
+                                false
+                            }
+                        }
+                        _ => false,
+                    };
+                    if !ok {
+                        field_end(&mut p);
+                        let mut e = p;
+                        while e > start && ws(line[e - 1]) {
+                            e -= 1;
+                        }
+                        return Err(RowErr::Token(col, start, e));
+                    }
+                }
+                None => field_end(&mut p),
+            }
+            col += 1;
+            if is_end(p) {
+                break;
+            }
+            p += 1; // the delimiter
+        },
+    }
+    if col != cfg.ncols {
+        return Err(RowErr::Columns(col));
+    }
+    Ok(())
+}
+
+fn line_number(bytes: &[u8], pos: usize) -> u64 {
+    bytes[..pos].iter().filter(|&&b| b == b'\n').count() as u64 + 1
+}
+
+fn row_error(
+    path: &Path,
+    bytes: &[u8],
+    line_start: usize,
+    line: &[u8],
+    e: RowErr,
+    ncols: usize,
+) -> Error {
+    let line_no = line_number(bytes, line_start);
+    match e {
+        RowErr::Columns(found) => Error::TextColumns {
+            path: path.to_path_buf(),
+            line: line_no,
+            expected: ncols,
+            found,
+        },
+        RowErr::Token(column, s, e) => Error::TextParse {
+            path: path.to_path_buf(),
+            line: line_no,
+            column,
+            token: String::from_utf8_lossy(&line[s..e.min(s + 100)]).into_owned(),
+        },
+    }
+}
+
+fn load<T: TextFloat>(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Array2<T>> {
+    if let Some(d) = opts.delimiter
+        && (d == b'\n' || Some(d) == opts.comments)
+    {
+        return Err(Error::invalid(format!(
+            "delimiter {:?} cannot be a newline or the comment byte",
+            d as char
+        )));
+    }
+    if opts.threads == 0 || opts.threads == rayon::current_num_threads() {
+        return load_in_pool(path, bytes, opts);
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads)
+        .build()
+        .map_err(|e| Error::invalid(format!("cannot start {} threads: {e}", opts.threads)))?;
+    pool.install(|| load_in_pool(path, bytes, opts))
+}
+
+fn empty<T: TextFloat>(cols: usize) -> Array2<T> {
+    Array2::from_shape_vec((0, cols), Vec::new())
+        .expect("an empty array has every shape with a zero")
+}
+
+fn load_in_pool<T: TextFloat>(
+    path: &Path,
+    bytes: &[u8],
+    opts: &LoadTxtOptions,
+) -> Result<Array2<T>> {
+    let end = bytes.len();
+    let comment = opts.comments;
+    // Skip the header rows, then find the first data line: it fixes ncols.
+    let mut pos = 0;
+    let mut skipped = 0;
+    let first = loop {
+        if pos >= end {
+            return Ok(empty(0));
+        }
+        let (e, next) = line_at(bytes, pos, end);
+        if is_data(&bytes[pos..e], comment) {
+            if skipped == opts.skip_rows {
+                break pos;
+            }
+            skipped += 1;
+        }
+        pos = next;
+    };
+    let (fe, _) = line_at(bytes, first, end);
+    let probe = Cfg {
+        delim: opts.delimiter,
+        comment,
+        ncols: 0,
+        col_map: None,
+    };
+    let ncols = count_fields(&bytes[first..fe], &probe);
+    let col_map: Option<Vec<Option<usize>>> = match &opts.usecols {
+        None => None,
+        Some(cols) => {
+            let mut m = vec![None; ncols];
+            for (i, &c) in cols.iter().enumerate() {
+                if c >= ncols {
+                    return Err(Error::invalid(format!(
+                        "usecols index {c} is out of range: {} has {ncols} columns (line {})",
+                        path.display(),
+                        line_number(bytes, first)
+                    )));
+                }
+                if m[c].is_some() {
+                    return Err(Error::invalid(format!("usecols repeats column {c}")));
+                }
+                m[c] = Some(i);
+            }
+            Some(m)
+        }
+    };
+    let nout = opts.usecols.as_ref().map_or(ncols, |c| c.len());
+    if opts.max_rows == Some(0) || nout == 0 {
+        return Ok(empty(nout));
+    }
+    let cfg = Cfg {
+        delim: opts.delimiter,
+        comment,
+        ncols,
+        col_map: col_map.as_deref(),
+    };
+
+    // Cut [first, end) into chunks at line starts.
+    let threads = rayon::current_num_threads().max(1);
+    let span = end - first;
+    let target = if opts.chunk_bytes > 0 {
+        opts.chunk_bytes
+    } else {
+        (span / (threads * 8)).clamp(1 << 16, 8 << 20)
+    };
+    let mut bounds = vec![first];
+    let mut at = first;
+    while at < end {
+        let mut cut = (at + target).min(end);
+        if cut < end {
+            cut = match find_byte(&bytes[cut..end], b'\n') {
+                Some(i) => cut + i + 1,
+                None => end,
+            };
+        }
+        bounds.push(cut);
+        at = cut;
+    }
+    let chunks: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
+
+    // Pass 1: data rows per chunk.
+    let counts: Vec<usize> = chunks
+        .par_iter()
+        .map(|&(s, e)| {
+            let mut n = 0;
+            let mut p = s;
+            while p < e {
+                let (le, next) = line_at(bytes, p, e);
+                n += is_data(&bytes[p..le], comment) as usize;
+                p = next;
+            }
+            n
+        })
+        .collect();
+    let total: usize = counts.iter().sum();
+    let rows = opts.max_rows.map_or(total, |m| m.min(total));
+    let len = rows.checked_mul(nout).ok_or_else(|| Error::Overflow {
+        context: path.display().to_string(),
+        detail: format!("{rows} rows x {nout} columns"),
+    })?;
+    // At most one value per two input bytes: justified by the input size.
+    let mut out: Vec<T> = bytemuck::zeroed_vec(len);
+
+    // Hand each chunk its rows of the output.
+    let mut work = Vec::with_capacity(chunks.len());
+    let mut rest: &mut [T] = &mut out;
+    let mut left = rows;
+    for (&(s, e), &c) in chunks.iter().zip(&counts) {
+        if left == 0 {
+            break;
+        }
+        let take = c.min(left);
+        let (mine, tail) = rest.split_at_mut(take * nout);
+        rest = tail;
+        left -= take;
+        work.push((s, e, take, mine));
+    }
+
+    // Pass 2: parse in place.
+    work.into_par_iter().try_for_each(|(s, e, take, mine)| {
+        let mut p = s;
+        let mut r = 0;
+        while r < take && p < e {
+            let (le, next) = line_at(bytes, p, e);
+            let line = &bytes[p..le];
+            if is_data(line, comment) {
+                parse_row(line, &cfg, &mut mine[r * nout..(r + 1) * nout])
+                    .map_err(|err| row_error(path, bytes, p, line, err, ncols))?;
+                r += 1;
+            }
+            p = next;
+        }
+        Ok::<(), Error>(())
+    })?;
+    Array2::from_shape_vec((rows, nout), out).map_err(|e| Error::invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load64(s: &str, o: &LoadTxtOptions) -> Result<Array2<f64>> {
+        loadtxt_bytes(s.as_bytes(), o)
+    }
+
+    #[test]
+    fn find_byte_matches_position() {
+        let hay: Vec<u8> = (0..100u8).collect();
+        for n in [0u8, 7, 8, 63, 99, 200] {
+            assert_eq!(find_byte(&hay, n), hay.iter().position(|&b| b == n));
+        }
+    }
+
+    #[test]
+    fn errors_name_line_column_and_token() {
+        let o = LoadTxtOptions::default();
+        match load64("1 2\n# c\n\n3 x4\n", &o) {
+            Err(Error::TextParse {
+                line,
+                column,
+                token,
+                ..
+            }) => {
+                assert_eq!((line, column, token.as_str()), (4, 1, "x4"));
+            }
+            other => panic!("{other:?}"),
+        }
+        match load64("1 2\n3 4 5\n", &o) {
+            Err(Error::TextColumns {
+                line,
+                expected,
+                found,
+                ..
+            }) => {
+                assert_eq!((line, expected, found), (2, 2, 3));
+            }
+            other => panic!("{other:?}"),
+        }
+        match load64("1 2\n3\n", &o) {
+            Err(Error::TextColumns { found: 1, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        let csv = LoadTxtOptions {
+            delimiter: Some(b','),
+            ..o.clone()
+        };
+        match load64("1,2\n3, \n", &csv) {
+            Err(Error::TextParse {
+                line: 2,
+                column: 1,
+                token,
+                ..
+            }) => assert_eq!(token, ""),
+            other => panic!("{other:?}"),
+        }
+        match load64("1,2\n3,1.5e\n", &csv) {
+            Err(Error::TextParse { token, .. }) => assert_eq!(token, "1.5e"),
+            other => panic!("{other:?}"),
+        }
+        assert!(loadtxt_bytes::<f64>(b"1 \xff\xfe\n", &o).is_err());
+    }
+
+    #[test]
+    fn spellings_and_options() {
+        let a = load64(
+            "nan NaN inf -inf Infinity +inf +1.5 -0 .5 1.\n",
+            &LoadTxtOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(a.shape(), &[1, 10]);
+        assert!(a[[0, 0]].is_nan() && a[[0, 1]].is_nan());
+        assert_eq!(a[[0, 2]], f64::INFINITY);
+        assert_eq!(a[[0, 3]], f64::NEG_INFINITY);
+        assert_eq!(a[[0, 4]], f64::INFINITY);
+        assert_eq!(a[[0, 6]], 1.5);
+        let o = LoadTxtOptions {
+            usecols: Some(vec![2, 0]),
+            max_rows: Some(2),
+            skip_rows: 1,
+            ..Default::default()
+        };
+        let a = load64("a b c\n1 2 3\n4 5 6\n7 8 9\n", &o).unwrap();
+        assert_eq!(a, ndarray::array![[3.0, 1.0], [6.0, 4.0]]);
+        assert_eq!(load64("", &o).unwrap().shape(), &[0, 0]);
+        assert_eq!(
+            load64("# only\n\n", &Default::default()).unwrap().shape(),
+            &[0, 0]
+        );
+    }
+}
