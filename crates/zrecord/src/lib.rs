@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod dense;
+pub mod dict;
 pub mod dtype;
 pub mod error;
 pub mod index;
@@ -30,6 +31,7 @@ pub use error::{Error, NpyHeaderProblem, Result};
 mod store;
 
 pub use dense::{DenseCore, DenseStore};
+pub use dict::{DictSource, DictTier, train_dict};
 pub use index::{Indices, resolve};
 pub use ragged::{RaggedBatch, RaggedCore, RaggedStore};
 pub use store::{OpenOptions, check_equal_lengths, probe};
