@@ -36,4 +36,4 @@ pub use index::{Indices, resolve};
 pub use ragged::{RaggedBatch, RaggedCore, RaggedStore};
 pub use store::{OpenOptions, check_equal_lengths, probe};
 pub use zrecord_engine::typed_header::Kind;
-pub use zrecord_engine::{Codec, CreateOptions, Stats};
+pub use zrecord_engine::{AlignedBuf, Codec, CreateOptions, Stats};

@@ -1,0 +1,475 @@
+//! The pipeline: one producer, a pool of transform workers, bounded channels.
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender, bounded, select};
+use zsampler::{Mode, Sampler};
+
+use crate::batch::{Batch, Layout, Slot};
+use crate::error::{Error, Result};
+use crate::stream::Stream;
+
+/// How a [`DataLoader`] samples and how far it runs ahead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoaderOptions {
+    /// Records per (global) batch. Default 256.
+    pub batch_size: usize,
+    /// Sampler mode. Default [`Mode::Cyclic`] (the reference's `mode=2`).
+    pub mode: Mode,
+    /// Sampler seed. Default 42.
+    pub seed: u64,
+    /// First step to produce: a loader started at step `k` yields exactly
+    /// the batches a loader started at 0 yields from its `k`-th on.
+    pub start_step: u64,
+    /// `(rank, world_size)`: this process draws only its disjoint slice of
+    /// every global batch. `None` is `(0, 1)`.
+    pub shard: Option<(usize, usize)>,
+    /// Finished batches that may wait for the consumer. Default 4.
+    pub prefetch: usize,
+    /// Threads running the transform. 0 runs it on the producer thread.
+    /// Default 4.
+    pub workers: usize,
+    /// Deliver in step order (default). `false` hands out batches as
+    /// workers finish them: a little faster, no longer deterministic.
+    pub ordered: bool,
+}
+
+impl Default for LoaderOptions {
+    fn default() -> Self {
+        LoaderOptions {
+            batch_size: 256,
+            mode: Mode::Cyclic,
+            seed: 42,
+            start_step: 0,
+            shard: None,
+            prefetch: 4,
+            workers: 4,
+            ordered: true,
+        }
+    }
+}
+
+impl LoaderOptions {
+    /// Takes `(rank, world_size)` from the environment a multi-process
+    /// launcher sets, if any: `LOADERX_RANK`/`LOADERX_WORLD_SIZE`, then
+    /// `RANK`/`WORLD_SIZE` (torchrun, `torch.distributed`), then
+    /// `SLURM_PROCID`/`SLURM_NTASKS`, then
+    /// `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE` (the cluster variables
+    /// JAX's `jax.distributed.initialize()` auto-detects). Without any of
+    /// them the options are returned unchanged.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when a variable is present but not a number.
+    pub fn shard_from_env(self) -> Result<Self> {
+        self.shard_from(|k| std::env::var(k).ok())
+    }
+
+    pub(crate) fn shard_from(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        const PAIRS: [(&str, &str); 4] = [
+            ("LOADERX_RANK", "LOADERX_WORLD_SIZE"),
+            ("RANK", "WORLD_SIZE"),
+            ("SLURM_PROCID", "SLURM_NTASKS"),
+            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ];
+        for (rk, wk) in PAIRS {
+            if let (Some(r), Some(w)) = (var(rk), var(wk)) {
+                let parse = |k: &'static str, v: &str| {
+                    v.trim().parse::<usize>().map_err(|_| Error::Config {
+                        option: k,
+                        detail: format!("environment variable {k}={v:?} is not a number"),
+                    })
+                };
+                self.shard = Some((parse(rk, &r)?, parse(wk, &w)?));
+                return Ok(self);
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// One item of a loader: the value the transform made of batch `step`.
+#[derive(Debug)]
+pub struct Step<O> {
+    /// The step the batch was drawn at.
+    pub step: u64,
+    /// The transform's output (a [`Batch`] for the identity transform).
+    pub value: O,
+}
+
+type Transform<O> = dyn Fn(Batch) -> Result<O> + Send + Sync;
+type Item<O> = (u64, Result<O>);
+
+/// The endless, step-ordered, multi-threaded prefetch loader.
+///
+/// One producer thread samples a batch of indices per step and gathers every
+/// stream at them (each gather is itself parallel); `workers` threads run the
+/// transform; bounded channels give backpressure. At most
+/// `prefetch + workers + 1` batches are in flight, and their buffers are
+/// recycled. Dropping the loader stops and joins every thread.
+pub struct DataLoader<O> {
+    out: Option<Receiver<Item<O>>>,
+    credits: Sender<()>,
+    shutdown: Option<Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+    pending: BTreeMap<u64, Result<O>>,
+    next_step: u64,
+    ordered: bool,
+    failed: bool,
+}
+
+impl DataLoader<Batch> {
+    /// A loader that hands out the gathered [`Batch`]es themselves.
+    ///
+    /// # Errors
+    /// See [`DataLoader::with_transform`].
+    pub fn new<N: Into<String>>(
+        streams: impl IntoIterator<Item = (N, Stream)>,
+        opts: LoaderOptions,
+    ) -> Result<DataLoader<Batch>> {
+        DataLoader::with_transform(streams, opts, Ok::<Batch, Error>)
+    }
+}
+
+impl<O: Send + 'static> DataLoader<O> {
+    /// A loader whose items are `transform(batch)`.
+    ///
+    /// # Errors
+    /// [`Error::NoStreams`], [`Error::DuplicateStream`],
+    /// [`Error::UnequalLengths`] (listing every stream's length),
+    /// [`Error::Config`] for a zero batch size or prefetch depth, and
+    /// [`Error::Sampler`] for an empty store or a bad shard.
+    pub fn with_transform<N, F, E>(
+        streams: impl IntoIterator<Item = (N, Stream)>,
+        opts: LoaderOptions,
+        transform: F,
+    ) -> Result<DataLoader<O>>
+    where
+        N: Into<String>,
+        F: Fn(Batch) -> std::result::Result<O, E> + Send + Sync + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
+        let (names, streams): (Vec<String>, Vec<Stream>) =
+            streams.into_iter().map(|(n, s)| (n.into(), s)).unzip();
+        if streams.is_empty() {
+            return Err(Error::NoStreams);
+        }
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                return Err(Error::DuplicateStream { name: n.clone() });
+            }
+        }
+        let lengths: Vec<(String, u64)> = names
+            .iter()
+            .cloned()
+            .zip(streams.iter().map(Stream::len))
+            .collect();
+        let n = lengths[0].1;
+        if lengths.iter().any(|(_, l)| *l != n) {
+            return Err(Error::UnequalLengths { lengths });
+        }
+        if opts.prefetch == 0 {
+            return Err(Error::Config {
+                option: "prefetch",
+                detail: "must be at least 1".into(),
+            });
+        }
+        let mut sampler = Sampler::new(n, opts.batch_size, opts.mode, opts.seed)?;
+        if let Some((rank, world)) = opts.shard {
+            sampler = sampler.sharded(rank, world)?;
+        }
+
+        // Every batch in flight holds one credit from the moment the producer
+        // starts it until the consumer takes it; the pool holds one slot per
+        // credit. Together they bound memory whatever the transform does.
+        let window = opts.prefetch + opts.workers + 1;
+        let (credit_tx, credit_rx) = bounded::<()>(window);
+        for _ in 0..window {
+            credit_tx.send(()).expect("the credit channel has room");
+        }
+        let (pool_tx, pool_rx) = bounded::<Slot>(window);
+        for _ in 0..window {
+            pool_tx.send(Slot::new()).expect("the pool has room");
+        }
+        let (shutdown_tx, shutdown_rx) = bounded::<()>(0);
+        let (out_tx, out_rx) = bounded::<Item<O>>(opts.prefetch);
+
+        let transform: Arc<Transform<O>> = Arc::new(move |b: Batch| {
+            let step = b.step;
+            transform(b).map_err(|e| {
+                let source: Box<dyn std::error::Error + Send + Sync> = e.into();
+                // Our own errors (e.g. from a typed view inside the
+                // transform) pass through as themselves.
+                match source.downcast::<Error>() {
+                    Ok(own) => *own,
+                    Err(source) => Error::Transform { step, source },
+                }
+            })
+        });
+        let layout = Arc::new(Layout { names, streams });
+
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(f)
+                .map_err(Error::Thread)
+        };
+        let producer = Producer {
+            sampler,
+            layout,
+            step: opts.start_step,
+            pool_tx,
+            pool_rx,
+            credits: credit_rx,
+            shutdown: shutdown_rx.clone(),
+        };
+        let mut threads = Vec::with_capacity(opts.workers + 1);
+        if opts.workers == 0 {
+            threads.push(spawn(
+                "loaderx-producer".into(),
+                Box::new(move || {
+                    producer.run(|step, item| {
+                        let item = item.and_then(|b| run(&*transform, step, b));
+                        out_tx.send((step, item)).is_ok()
+                    })
+                }),
+            )?);
+        } else {
+            // A failed gather travels through a worker like any batch, so it
+            // reaches the consumer in step order after every earlier batch.
+            let (work_tx, work_rx) = bounded::<(u64, Result<Batch>)>(1);
+            for w in 0..opts.workers {
+                let rx = work_rx.clone();
+                let out = out_tx.clone();
+                let t = Arc::clone(&transform);
+                let stop = shutdown_rx.clone();
+                threads.push(spawn(
+                    format!("loaderx-worker-{w}"),
+                    Box::new(move || worker(&rx, &out, &*t, &stop)),
+                )?);
+            }
+            drop(out_tx);
+            let stop = shutdown_rx;
+            threads.push(spawn(
+                "loaderx-producer".into(),
+                Box::new(move || {
+                    producer.run(|step, item| {
+                        select! {
+                            send(work_tx, (step, item)) -> r => r.is_ok(),
+                            recv(stop) -> _ => false,
+                        }
+                    })
+                }),
+            )?);
+        }
+        Ok(DataLoader {
+            out: Some(out_rx),
+            credits: credit_tx,
+            shutdown: Some(shutdown_tx),
+            threads,
+            pending: BTreeMap::new(),
+            next_step: opts.start_step,
+            ordered: opts.ordered,
+            failed: false,
+        })
+    }
+}
+
+impl<O> DataLoader<O> {
+    /// The step of the next item [`Iterator::next`] returns (in unordered
+    /// mode: the start step plus the items delivered so far).
+    pub fn step(&self) -> u64 {
+        self.next_step
+    }
+
+    /// Stops the pipeline and joins every thread; the same as dropping it.
+    pub fn close(self) {}
+
+    fn deliver(&mut self, step: u64, item: Result<O>) -> Option<Result<Step<O>>> {
+        self.next_step += 1;
+        // The batch has left the pipeline: let the producer start another.
+        let _ = self.credits.try_send(());
+        match item {
+            Ok(value) => Some(Ok(Step { step, value })),
+            Err(e) => {
+                self.failed = true;
+                self.stop();
+                Some(Err(e))
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        // Disconnecting these wakes every thread wherever it waits: the
+        // producer on credits, the pool or the work queue (shutdown), the
+        // workers on the work queue (shutdown) or on a full output queue
+        // (its receiver is gone).
+        self.shutdown.take();
+        self.out.take();
+        self.pending.clear();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Endless: `next()` returns `None` only after it has returned an error.
+impl<O> Iterator for DataLoader<O> {
+    type Item = Result<Step<O>>;
+
+    fn next(&mut self) -> Option<Result<Step<O>>> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            if self.ordered
+                && let Some(item) = self.pending.remove(&self.next_step)
+            {
+                let step = self.next_step;
+                return self.deliver(step, item);
+            }
+            let received = self.out.as_ref()?.recv();
+            match received {
+                Ok((step, item)) if !self.ordered => return self.deliver(step, item),
+                Ok((step, item)) => {
+                    self.pending.insert(step, item);
+                }
+                Err(_) => {
+                    // Every thread is gone without reporting an error (only
+                    // possible if one died outside the transform).
+                    self.failed = true;
+                    self.stop();
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+impl<O> Drop for DataLoader<O> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Producer {
+    sampler: Sampler,
+    layout: Arc<Layout>,
+    step: u64,
+    pool_tx: Sender<Slot>,
+    pool_rx: Receiver<Slot>,
+    credits: Receiver<()>,
+    shutdown: Receiver<()>,
+}
+
+impl Producer {
+    /// Produces batches from `self.step` on until `emit` returns false, a
+    /// gather fails (after emitting the error) or the loader shuts down.
+    fn run(mut self, mut emit: impl FnMut(u64, Result<Batch>) -> bool) {
+        let mut indices = vec![0u64; self.sampler.batch_len()];
+        loop {
+            select! {
+                recv(self.credits) -> c => if c.is_err() { return },
+                recv(self.shutdown) -> _ => return,
+            }
+            let mut slot = select! {
+                recv(self.pool_rx) -> s => match s { Ok(s) => s, Err(_) => return },
+                recv(self.shutdown) -> _ => return,
+            };
+            let step = self.step;
+            let item = match self.sampler.batch_at(step, &mut indices) {
+                Ok(len) => slot.fill(&self.layout, &indices[..len], step),
+                Err(e) => Err(Error::Sampler(e)),
+            };
+            let batch = Batch {
+                step,
+                slot: Some(slot),
+                layout: Arc::clone(&self.layout),
+                pool: self.pool_tx.clone(),
+            };
+            let item = item.map(|()| batch);
+            let failed = item.is_err();
+            if !emit(step, item) || failed {
+                return;
+            }
+            self.step += 1;
+        }
+    }
+}
+
+fn run<O>(transform: &Transform<O>, step: u64, batch: Batch) -> Result<O> {
+    match catch_unwind(AssertUnwindSafe(|| transform(batch))) {
+        Ok(r) => r,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".into());
+            Err(Error::TransformPanicked { step, message })
+        }
+    }
+}
+
+fn worker<O>(
+    work: &Receiver<(u64, Result<Batch>)>,
+    out: &Sender<Item<O>>,
+    transform: &Transform<O>,
+    stop: &Receiver<()>,
+) {
+    loop {
+        let (step, item) = select! {
+            recv(work) -> w => match w { Ok(w) => w, Err(_) => return },
+            recv(stop) -> _ => return,
+        };
+        let item = item.and_then(|b| run(transform, step, b));
+        if out.send((step, item)).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_from_env_prefers_loaderx_then_torchrun_variables() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(name, _)| *name == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let o = LoaderOptions::default();
+        assert_eq!(o.clone().shard_from(env(&[])).unwrap().shard, None);
+        let got = o
+            .clone()
+            .shard_from(env(&[("RANK", "3"), ("WORLD_SIZE", "8")]))
+            .unwrap();
+        assert_eq!(got.shard, Some((3, 8)));
+        let got = o
+            .clone()
+            .shard_from(env(&[
+                ("RANK", "3"),
+                ("WORLD_SIZE", "8"),
+                ("LOADERX_RANK", "1"),
+                ("LOADERX_WORLD_SIZE", "2"),
+            ]))
+            .unwrap();
+        assert_eq!(got.shard, Some((1, 2)));
+        let got = o
+            .clone()
+            .shard_from(env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4")]))
+            .unwrap();
+        assert_eq!(got.shard, Some((0, 4)));
+        let err = o
+            .shard_from(env(&[("RANK", "x"), ("WORLD_SIZE", "2")]))
+            .unwrap_err();
+        assert!(err.to_string().contains("RANK"), "{err}");
+    }
+}

@@ -1,0 +1,334 @@
+//! Guards the loader's contract: every stream gathered at the same indices,
+//! delivery in step order whatever the worker count, exact resume, errors
+//! delivered as themselves followed by a clean stop, and a drop that never
+//! hangs (even with every channel full).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use loaderx::{Batch, DataLoader, Error, LoaderOptions, Mode, Stream};
+use ndarray::{Array1, Array2, ArrayD, IxDyn};
+use zrecord::{Codec, CreateOptions, DenseCore, DenseStore, OpenOptions, RaggedStore};
+use zsampler::Sampler;
+
+const N: u64 = 1000;
+
+/// Three aligned streams: x[i] = [i, i+0.5, i+0.25] (f32, zstd), y[i] = i
+/// (i64, raw), tok[i] = 0..(i % 7 + 1) offset by i (i32, ragged, zstd).
+fn fixture(dir: &std::path::Path) -> Vec<(String, Stream)> {
+    let x =
+        DenseStore::<f32>::create(dir.join("x"), &[3], &CreateOptions::new(Codec::Zstd)).unwrap();
+    let xs = Array2::from_shape_fn((N as usize, 3), |(i, j)| i as f32 + [0.0, 0.5, 0.25][j]);
+    x.append(xs.view()).unwrap();
+    let y = DenseStore::<i64>::create(dir.join("y"), &[], &CreateOptions::new(Codec::Raw)).unwrap();
+    y.append(Array1::from_iter(0..N as i64).view()).unwrap();
+    let t = RaggedStore::<i32>::create(dir.join("tok"), &CreateOptions::new(Codec::Zstd)).unwrap();
+    let toks: Vec<ArrayD<i32>> = (0..N as i32)
+        .map(|i| ArrayD::from_shape_fn(IxDyn(&[(i % 7 + 1) as usize]), |d| i + d[0] as i32))
+        .collect();
+    t.append(toks.iter().map(|a| a.view())).unwrap();
+    vec![
+        ("x".into(), Stream::from(x)),
+        ("y".into(), Stream::from(y)),
+        ("tok".into(), Stream::from(t)),
+    ]
+}
+
+fn check_batch(b: &Batch) {
+    let x = b.dense::<f32>("x").unwrap();
+    let y = b.dense::<i64>("y").unwrap();
+    let tok = b.ragged::<i32>("tok").unwrap();
+    assert_eq!(x.shape(), &[b.len(), 3]);
+    assert_eq!(tok.len(), b.len());
+    for (k, &i) in b.indices().iter().enumerate() {
+        assert_eq!(y[[k]], i as i64);
+        assert_eq!(x[[k, 1]], i as f32 + 0.5);
+        assert_eq!(tok[k].shape(), &[(i % 7 + 1) as usize]);
+        assert_eq!(tok[k][[0]], i as i32);
+    }
+}
+
+fn opts(workers: usize, mode: Mode) -> LoaderOptions {
+    LoaderOptions {
+        batch_size: 64,
+        mode,
+        seed: 7,
+        workers,
+        ..LoaderOptions::default()
+    }
+}
+
+#[test]
+fn batches_are_aligned_across_streams_and_follow_the_sampler() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
+        let sampler = Sampler::new(N, 64, mode, 7).unwrap();
+        let loader = DataLoader::new(streams.clone(), opts(2, mode)).unwrap();
+        for (k, item) in loader.take(40).enumerate() {
+            let item = item.unwrap();
+            assert_eq!(item.step, k as u64);
+            assert_eq!(item.value.indices(), sampler.batch(k as u64).as_slice());
+            check_batch(&item.value);
+        }
+    }
+}
+
+#[test]
+fn delivery_order_is_the_same_for_every_worker_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    let run = |workers| -> Vec<Vec<u64>> {
+        // A transform with uneven cost makes workers finish out of order.
+        let loader =
+            DataLoader::with_transform(streams.clone(), opts(workers, Mode::Iid), |b: Batch| {
+                if b.step().is_multiple_of(3) {
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+                Ok::<_, Error>(b.indices().to_vec())
+            })
+            .unwrap();
+        loader.take(30).map(|r| r.unwrap().value).collect()
+    };
+    let reference = run(0);
+    assert_eq!(run(1), reference);
+    assert_eq!(run(4), reference);
+}
+
+#[test]
+fn unordered_delivery_yields_every_step_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    let o = LoaderOptions {
+        ordered: false,
+        ..opts(4, Mode::Cyclic)
+    };
+    let loader = DataLoader::new(streams, o).unwrap();
+    let mut steps: Vec<u64> = loader.take(50).map(|r| r.unwrap().step).collect();
+    steps.sort_unstable();
+    assert_eq!(steps, (0..50).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_loader_started_at_step_k_continues_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    let from_zero: Vec<Vec<u64>> = DataLoader::new(streams.clone(), opts(3, Mode::Cyclic))
+        .unwrap()
+        .take(40)
+        .map(|r| r.unwrap().value.indices().to_vec())
+        .collect();
+    let resumed = DataLoader::new(
+        streams,
+        LoaderOptions {
+            start_step: 25,
+            ..opts(3, Mode::Cyclic)
+        },
+    )
+    .unwrap();
+    assert_eq!(resumed.step(), 25);
+    let tail: Vec<(u64, Vec<u64>)> = resumed
+        .take(15)
+        .map(|r| {
+            let s = r.unwrap();
+            (s.step, s.value.indices().to_vec())
+        })
+        .collect();
+    for (k, (step, idx)) in tail.iter().enumerate() {
+        assert_eq!(*step, 25 + k as u64);
+        assert_eq!(idx, &from_zero[25 + k]);
+    }
+}
+
+#[derive(Debug, PartialEq)]
+struct Boom(u64);
+impl std::fmt::Display for Boom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "boom at {}", self.0)
+    }
+}
+impl std::error::Error for Boom {}
+
+#[test]
+fn a_transform_error_comes_out_as_itself_then_the_loader_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    for workers in [0, 3] {
+        let mut loader =
+            DataLoader::with_transform(streams.clone(), opts(workers, Mode::Iid), |b: Batch| {
+                if b.step() == 5 {
+                    Err(Boom(b.step()))
+                } else {
+                    Ok(b.step())
+                }
+            })
+            .unwrap();
+        for k in 0..5 {
+            assert_eq!(loader.next().unwrap().unwrap().value, k);
+        }
+        match loader.next().unwrap() {
+            Err(Error::Transform { step, source }) => {
+                assert_eq!(step, 5);
+                assert_eq!(source.downcast_ref::<Boom>(), Some(&Boom(5)));
+            }
+            other => panic!("expected the transform error, got {other:?}"),
+        }
+        assert!(loader.next().is_none());
+    }
+}
+
+#[test]
+fn a_panicking_transform_is_reported_not_propagated() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    let mut loader = DataLoader::with_transform(streams, opts(2, Mode::Iid), |b: Batch| {
+        if b.step() == 2 {
+            panic!("transform exploded");
+        }
+        Ok::<_, Error>(())
+    })
+    .unwrap();
+    assert!(loader.next().unwrap().is_ok());
+    assert!(loader.next().unwrap().is_ok());
+    match loader.next().unwrap() {
+        Err(Error::TransformPanicked { step: 2, message }) => assert!(message.contains("exploded")),
+        other => panic!("expected a panic report, got {other:?}"),
+    }
+    assert!(loader.next().is_none());
+}
+
+#[test]
+fn a_gather_error_names_the_stream_and_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = DenseStore::<u8>::create(
+        dir.path().join("x"),
+        &[4096],
+        &CreateOptions::new(Codec::Zstd),
+    )
+    .unwrap();
+    let data = Array2::from_shape_fn((64, 4096), |(i, j)| ((i * 31 + j) % 251) as u8);
+    x.append(data.view()).unwrap();
+    x.sync().unwrap();
+    let stream = Stream::from(x);
+    // Overwrite the compressed payloads: every record now fails to decode.
+    let chunk = dir.path().join("x").join("0.chunk");
+    let len = std::fs::metadata(&chunk).unwrap().len() as usize;
+    std::fs::write(&chunk, vec![0xA5u8; len]).unwrap();
+    let mut loader = DataLoader::new(
+        [("x", stream)],
+        LoaderOptions {
+            batch_size: 8,
+            ..opts(2, Mode::Iid)
+        },
+    )
+    .unwrap();
+    match loader.next().unwrap() {
+        Err(Error::Store {
+            step: 0, stream, ..
+        }) => assert_eq!(stream, "x"),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    assert!(loader.next().is_none());
+}
+
+#[test]
+fn dropping_a_loader_with_full_channels_returns_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    let made = Arc::new(AtomicUsize::new(0));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let m = Arc::clone(&made);
+    std::thread::spawn(move || {
+        let mut loader =
+            DataLoader::with_transform(streams, opts(4, Mode::Iid), move |b: Batch| {
+                m.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Error>(b)
+            })
+            .unwrap();
+        // Hold two batches, never read the rest: every queue fills up.
+        let a = loader.next().unwrap().unwrap();
+        let b = loader.next().unwrap().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        drop(loader);
+        drop((a, b));
+        done_tx.send(()).unwrap();
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("dropping the loader hung");
+    // Backpressure: with nobody reading, the pipeline stopped after filling
+    // its window (prefetch 4 + workers 4 + 1) plus the two batches taken.
+    assert!(
+        made.load(Ordering::SeqCst) <= 4 + 4 + 1 + 2,
+        "{}",
+        made.load(Ordering::SeqCst)
+    );
+}
+
+#[test]
+fn streams_of_different_lengths_are_refused_listing_every_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = DenseStore::<u8>::create(dir.path().join("a"), &[2], &CreateOptions::new(Codec::Raw))
+        .unwrap();
+    a.append(Array2::<u8>::zeros((10, 2)).view()).unwrap();
+    let b = DenseStore::<u8>::create(dir.path().join("b"), &[2], &CreateOptions::new(Codec::Raw))
+        .unwrap();
+    b.append(Array2::<u8>::zeros((12, 2)).view()).unwrap();
+    let err = DataLoader::new(
+        [("a", Stream::from(a)), ("b", Stream::from(b))],
+        LoaderOptions::default(),
+    )
+    .err()
+    .expect("unequal lengths must be refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("\"a\": 10") && msg.contains("\"b\": 12"),
+        "{msg}"
+    );
+    assert!(matches!(
+        DataLoader::new(Vec::<(String, Stream)>::new(), LoaderOptions::default()),
+        Err(Error::NoStreams)
+    ));
+}
+
+#[test]
+fn typed_views_reject_a_wrong_name_kind_or_dtype() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    let mut loader = DataLoader::new(streams, opts(1, Mode::Iid)).unwrap();
+    let b = loader.next().unwrap().unwrap().value;
+    assert!(matches!(
+        b.dense::<f32>("nope"),
+        Err(Error::NoSuchStream { .. })
+    ));
+    assert!(matches!(b.dense::<f64>("x"), Err(Error::WrongType { .. })));
+    assert!(matches!(
+        b.dense::<i32>("tok"),
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(b.ragged::<f32>("x"), Err(Error::WrongType { .. })));
+    assert_eq!(b.names().collect::<Vec<_>>(), ["x", "y", "tok"]);
+}
+
+#[test]
+fn read_only_handles_feed_several_loaders_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(fixture(dir.path()));
+    let ro = || {
+        DenseCore::open(
+            dir.path().join("x"),
+            &OpenOptions {
+                read_only: true,
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let l1 = DataLoader::new([("x", Stream::from(ro()))], opts(1, Mode::Cyclic)).unwrap();
+    let l2 = DataLoader::new([("x", Stream::from(ro()))], opts(1, Mode::Cyclic)).unwrap();
+    for (a, b) in l1.zip(l2).take(10) {
+        let (a, b) = (a.unwrap().value, b.unwrap().value);
+        assert_eq!(a.dense::<f32>("x").unwrap(), b.dense::<f32>("x").unwrap());
+    }
+}
