@@ -33,14 +33,6 @@ fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-fn current_rss_mib() -> f64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 /// Mildly compressible image-like records (~1.5x with zstd).
 fn make_store(dir: &std::path::Path, codec: Codec, n: usize) -> DenseCore {
     let path = dir.join(codec.name());
@@ -88,8 +80,7 @@ fn ceiling(core: &DenseCore, n: u64, dur: Duration) -> (f64, f64) {
     (steps as f64 / t.elapsed().as_secs_f64(), peak_rss_mib())
 }
 
-fn loader(core: &DenseCore, path: &std::path::Path, dur: Duration) -> (f64, f64) {
-    let _ = core;
+fn loader(path: &std::path::Path, dur: Duration) -> (f64, f64) {
     let stream = Stream::from(DenseCore::open(path, &OpenOptions::read_only()).unwrap());
     let opts = LoaderOptions {
         batch_size: BATCH,
@@ -104,7 +95,7 @@ fn loader(core: &DenseCore, path: &std::path::Path, dur: Duration) -> (f64, f64)
     })
     .unwrap();
     // Warm-up: fill the pool once (first use of each buffer page-faults).
-    let mut it = loader.skip(0);
+    let mut it = loader;
     for _ in 0..12 {
         it.next().unwrap().unwrap();
     }
@@ -142,14 +133,12 @@ fn main() {
         let core = make_store(dir.path(), codec, n);
         // Warm the page cache.
         let _ = ceiling(&core, n as u64, Duration::from_millis(500));
-        let base_rss = current_rss_mib();
         let (c, c_rss) = ceiling(&core, n as u64, dur);
-        let (l, l_rss) = loader(&core, &dir.path().join(codec.name()), dur);
+        let (l, l_rss) = loader(&dir.path().join(codec.name()), dur);
         println!(
             "| {} | {c:.1} | {l:.1} | {:.2} | {c_rss:.0} | {l_rss:.0} |",
             codec.name(),
             l / c,
         );
-        let _ = base_rss;
     }
 }
