@@ -1,1 +1,822 @@
-//! Python bindings (placeholder until the binding issue lands).
+//! `loaderx._native`: the Rust core of the `loaderx` Python package, a
+//! drop-in for loaderx 1.7.2.
+//!
+//! The Python modules (`loaderx.zrecord`, `loaderx.dataloader`,
+//! `loaderx.zsampler`, `loaderx.utils`, `loaderx.io`) keep the reference's
+//! signatures and validation; this module does the work, always with the GIL
+//! released:
+//!
+//! - [`PyDenseCore`] / [`PyRaggedCore`]: the untyped stores of `zrecord`.
+//!   A dense gather fills a NumPy array the caller allocated (no extra copy);
+//!   a ragged gather returns one packed buffer with offsets and shapes.
+//! - [`PySampler`]: `zsampler::Sampler` (subclassed in Python as
+//!   `loaderx.zsampler.Sampler`).
+//! - `train_dict`, `loadtxt`, `npy_header`, `npy_read`: dictionary training,
+//!   the parallel text parser and the `.npy` reader.
+//!
+//! Errors become the `loaderx._errors` hierarchy (`ZrecordError` subclasses,
+//! some also `IndexError` / `FileNotFoundError` / `PermissionError`) or plain
+//! `ValueError` for argument mistakes.
+//!
+//! The module is only usable from Python; its Rust items are not a public
+//! Rust API.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+use std::path::PathBuf;
+use std::sync::{Mutex, RwLock};
+
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+use zrecord::{
+    Codec, CreateOptions, DType, DenseCore, Field, Kind, OpenOptions, RaggedBatch, RaggedCore,
+};
+
+/// The largest record the format holds (2^31 bytes), as loaderx 1.7.2's
+/// `MAX_RECORD_LEN`.
+const MAX_RECORD_LEN: u64 = 1 << 31;
+
+// ---------------------------------------------------------------------------
+// errors
+
+/// Builds `loaderx._errors.<kind>(None, message)`.
+fn zerr(py: Python<'_>, kind: &str, message: String) -> PyErr {
+    let made = py
+        .import("loaderx._errors")
+        .and_then(|m| m.getattr("_raise"))
+        .and_then(|f| f.call1((kind, message.clone())));
+    match made {
+        Ok(exc) => PyErr::from_value(exc),
+        Err(e) => e,
+    }
+}
+
+fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
+    use zrecord_engine::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::Io { .. } | E::Poisoned { .. } => zerr(py, "StoreIOError", msg),
+        E::Corrupted { .. } => zerr(py, "InvalidStore", msg),
+        E::NotAStore { .. } => zerr(py, "StoreNotFound", msg),
+        E::StoreBusy { .. } => zerr(py, "StoreBusy", msg),
+        E::ForeignFiles { .. } => zerr(py, "StoreExists", msg),
+        E::IndexOutOfRange { .. } => zerr(py, "IndexOutOfRange", msg),
+        E::ReadOnly { .. } => zerr(py, "ReadOnlyStore", msg),
+        E::InvalidArgument(_) => PyValueError::new_err(msg),
+        _ => zerr(py, "ZrecordError", msg),
+    }
+}
+
+fn to_py(py: Python<'_>, e: zrecord::Error) -> PyErr {
+    use zrecord::Error as E;
+    let msg = e.to_string();
+    match &e {
+        E::Engine(inner) => engine_err(py, inner),
+        E::Io { .. } => zerr(py, "StoreIOError", msg),
+        E::UnsupportedDType { .. } => zerr(py, "UnsupportedDType", msg),
+        E::BadIdentity { .. } | E::BadStore { .. } => zerr(py, "InvalidStore", msg),
+        E::IndexOutOfRange { .. } => zerr(py, "IndexOutOfRange", msg),
+        E::NotAStore { .. } => zerr(py, "StoreNotFound", msg),
+        E::KindMismatch { .. } => zerr(py, "KindMismatch", msg),
+        E::Corrupted { .. } => zerr(py, "CorruptRecord", msg),
+        E::DTypeMismatch { .. }
+        | E::ShapeMismatch { .. }
+        | E::CodecMismatch { .. }
+        | E::EmptyRecord { .. }
+        | E::RecordSize { .. }
+        | E::InvalidArgument { .. }
+        | E::Overflow { .. }
+        | E::LengthMismatch { .. }
+        | E::NpyHeader { .. }
+        | E::NpyTruncated { .. }
+        | E::FortranOrder { .. }
+        | E::TextParse { .. }
+        | E::TextColumns { .. } => PyValueError::new_err(msg),
+        _ => zerr(py, "ZrecordError", msg),
+    }
+}
+
+trait OrPy<T> {
+    fn or_py(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> OrPy<T> for zrecord::Result<T> {
+    fn or_py(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| to_py(py, e))
+    }
+}
+
+fn closed(py: Python<'_>) -> PyErr {
+    zerr(py, "StoreClosed", "store is closed".into())
+}
+
+// ---------------------------------------------------------------------------
+// dtypes across the boundary
+
+/// A dtype from what Python's `_dtype_identity` gives: `dtype.str` or
+/// `dtype.descr` (a list of `(name, type, [shape])` tuples, nested for
+/// structured fields, `('', '|V<n>')` for padding).
+fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+    let py = obj.py();
+    if let Ok(s) = obj.cast::<PyString>() {
+        return DType::parse(s.to_str()?).or_py(py);
+    }
+    let list = obj
+        .cast::<PyList>()
+        .map_err(|_| PyValueError::new_err("a dtype is a type string or a descr list"))?;
+    let mut fields = Vec::with_capacity(list.len());
+    for item in list.iter() {
+        let t = item
+            .cast::<PyTuple>()
+            .map_err(|_| PyValueError::new_err("a descr entry is a tuple"))?;
+        if !(2..=3).contains(&t.len()) {
+            return Err(PyValueError::new_err(
+                "a descr entry is (name, type) or (name, type, shape)",
+            ));
+        }
+        let name_obj = t.get_item(0)?;
+        let name: String = name_obj.extract().map_err(|_| {
+            zerr(
+                py,
+                "UnsupportedDType",
+                format!("field name {name_obj} is not a string (titled fields are not supported)"),
+            )
+        })?;
+        let ty = t.get_item(1)?;
+        let shape: Vec<usize> = if t.len() == 3 {
+            t.get_item(2)?.extract()?
+        } else {
+            Vec::new()
+        };
+        let dtype = match ty.cast::<PyString>() {
+            Ok(s) if name.is_empty() => {
+                let s = s.to_str()?;
+                match s.trim_start_matches(['|', '<', '>', '=']).strip_prefix('V') {
+                    Some(n) => DType::Padding(n.parse().map_err(|_| {
+                        PyValueError::new_err(format!("bad padding type {s:?}"))
+                    })?),
+                    None => DType::parse(s).or_py(py)?,
+                }
+            }
+            _ => dtype_from_py(&ty)?,
+        };
+        fields.push(Field { name, dtype, shape });
+    }
+    Ok(DType::Structured(fields))
+}
+
+/// The string Python turns back into a `np.dtype`: the type string, or the
+/// descr literal of a structured dtype.
+fn dtype_to_py(dtype: &DType) -> String {
+    match dtype {
+        DType::Structured(_) => dtype.to_string(),
+        other => other.to_numpy_str(),
+    }
+}
+
+fn codec_from(py: Python<'_>, name: &str) -> PyResult<Codec> {
+    Codec::from_name(name).ok_or_else(|| {
+        zerr(
+            py,
+            "ZrecordError",
+            format!("unknown codec {name:?}, expected raw, zstd or zstd_dict"),
+        )
+    })
+}
+
+fn create_options(
+    py: Python<'_>,
+    codec: &str,
+    dict_bytes: Option<Vec<u8>>,
+    level: Option<i32>,
+) -> PyResult<CreateOptions> {
+    let mut opts = CreateOptions::new(codec_from(py, codec)?);
+    opts.dictionary = dict_bytes;
+    opts.level = level;
+    Ok(opts)
+}
+
+fn open_options(read_only: bool) -> OpenOptions {
+    OpenOptions {
+        read_only,
+        ..Default::default()
+    }
+}
+
+fn stats_dict<'py>(py: Python<'py>, s: zrecord::Stats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("records", s.records)?;
+    d.set_item("live_bytes", s.live_bytes)?;
+    d.set_item("chunk_bytes", s.chunk_bytes)?;
+    d.set_item("reclaimable", s.chunk_bytes.saturating_sub(s.live_bytes))?;
+    Ok(d)
+}
+
+/// Runs `f` on the open handle under a read lock. The uncontended path keeps
+/// the GIL; a contended lock is waited for with the GIL released, so a holder
+/// that runs without the GIL can always finish.
+fn with_read<T: Send + Sync, R: Send>(
+    py: Python<'_>,
+    lock: &RwLock<Option<T>>,
+    f: impl FnOnce(&T) -> R + Send,
+) -> PyResult<R> {
+    let out = match lock.try_read() {
+        Ok(g) => g.as_ref().map(f),
+        Err(_) => py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            g.as_ref().map(f)
+        }),
+    };
+    out.ok_or_else(|| closed(py))
+}
+
+/// Drops the handle in `lock` (GIL released: dropping syncs nothing but
+/// closes files and releases the store lock).
+fn close_handle<T: Send + Sync>(py: Python<'_>, lock: &RwLock<Option<T>>) {
+    py.detach(|| {
+        let taken = lock.write().unwrap_or_else(|p| p.into_inner()).take();
+        drop(taken)
+    })
+}
+
+// ---------------------------------------------------------------------------
+// dense
+
+/// A dense store handle (`zrecord::DenseCore`); `close` drops it.
+#[pyclass(frozen, name = "DenseCore", module = "loaderx._native")]
+pub struct PyDenseCore {
+    core: RwLock<Option<DenseCore>>,
+}
+
+impl PyDenseCore {
+    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&DenseCore) -> R + Send) -> PyResult<R> {
+        with_read(py, &self.core, f)
+    }
+}
+
+#[pymethods]
+impl PyDenseCore {
+    /// Creates a store: `create(path, dtype, item_shape, codec, dict_bytes, level)`.
+    #[staticmethod]
+    #[pyo3(signature = (path, dtype, item_shape, codec, dict_bytes=None, level=None))]
+    fn create(
+        py: Python<'_>,
+        path: PathBuf,
+        dtype: &Bound<'_, PyAny>,
+        item_shape: Vec<u64>,
+        codec: &str,
+        dict_bytes: Option<Vec<u8>>,
+        level: Option<i32>,
+    ) -> PyResult<Self> {
+        let dtype = dtype_from_py(dtype)?;
+        let opts = create_options(py, codec, dict_bytes, level)?;
+        let core = py
+            .detach(|| DenseCore::create(&path, &dtype, &item_shape, &opts))
+            .or_py(py)?;
+        Ok(PyDenseCore {
+            core: RwLock::new(Some(core)),
+        })
+    }
+
+    /// Opens an existing store.
+    #[staticmethod]
+    #[pyo3(signature = (path, read_only=false))]
+    fn open(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<Self> {
+        let core = py
+            .detach(|| DenseCore::open(&path, &open_options(read_only)))
+            .or_py(py)?;
+        Ok(PyDenseCore {
+            core: RwLock::new(Some(core)),
+        })
+    }
+
+    fn len(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |c| c.len())
+    }
+
+    #[getter]
+    fn dtype(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |c| dtype_to_py(c.dtype()))
+    }
+
+    #[getter]
+    fn item_shape(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
+        self.with(py, |c| c.item_shape().to_vec())
+    }
+
+    #[getter]
+    fn record_bytes(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, |c| c.record_bytes())
+    }
+
+    #[getter]
+    fn codec(&self, py: Python<'_>) -> PyResult<&'static str> {
+        self.with(py, |c| c.codec().name())
+    }
+
+    #[getter]
+    fn read_only(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |c| c.is_read_only())
+    }
+
+    fn has_dict(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |c| c.has_dict())
+    }
+
+    /// Appends whole records given as C-order bytes; returns the first index.
+    fn append(&self, py: Python<'_>, src: PyReadonlyArray1<'_, u8>) -> PyResult<u64> {
+        let data = src.as_slice()?;
+        let lock = &self.core;
+        py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            g.as_ref().map(|c| c.append_bytes(data))
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
+    }
+
+    /// Gathers the records at `idxs` into `dst` (the bytes of a fresh
+    /// `(B, *item_shape)` array), GIL released.
+    fn gather_into(
+        &self,
+        py: Python<'_>,
+        idxs: PyReadonlyArray1<'_, u64>,
+        mut dst: PyReadwriteArray1<'_, u8>,
+    ) -> PyResult<()> {
+        let idxs = idxs.as_slice()?;
+        let dst = dst.as_slice_mut()?;
+        let lock = &self.core;
+        py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            g.as_ref().map(|c| c.gather_bytes_into(idxs, dst))
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
+    }
+
+    fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
+        let idxs = idxs.as_slice()?;
+        let lock = &self.core;
+        py.detach(|| {
+            let mut g = lock.write().unwrap_or_else(|p| p.into_inner());
+            g.as_mut().map(|c| c.delete(idxs))
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
+    }
+
+    fn compact(&self, py: Python<'_>) -> PyResult<()> {
+        let lock = &self.core;
+        py.detach(|| {
+            let mut g = lock.write().unwrap_or_else(|p| p.into_inner());
+            g.as_mut().map(|c| c.compact())
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
+    }
+
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let lock = &self.core;
+        py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            g.as_ref().map(|c| c.sync())
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.with(py, |c| c.stats())?;
+        stats_dict(py, s)
+    }
+
+    /// Drops the handle (releasing the store's lock). Idempotent.
+    fn close(&self, py: Python<'_>) {
+        close_handle(py, &self.core);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ragged
+
+/// A ragged store handle (`zrecord::RaggedCore`); `close` drops it.
+#[pyclass(frozen, name = "RaggedCore", module = "loaderx._native")]
+pub struct PyRaggedCore {
+    core: RwLock<Option<RaggedCore>>,
+}
+
+impl PyRaggedCore {
+    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&RaggedCore) -> R + Send) -> PyResult<R> {
+        with_read(py, &self.core, f)
+    }
+}
+
+#[pymethods]
+impl PyRaggedCore {
+    /// Creates a store: `create(path, dtype, codec, dict_bytes, level)`.
+    #[staticmethod]
+    #[pyo3(signature = (path, dtype, codec, dict_bytes=None, level=None))]
+    fn create(
+        py: Python<'_>,
+        path: PathBuf,
+        dtype: &Bound<'_, PyAny>,
+        codec: &str,
+        dict_bytes: Option<Vec<u8>>,
+        level: Option<i32>,
+    ) -> PyResult<Self> {
+        let dtype = dtype_from_py(dtype)?;
+        let opts = create_options(py, codec, dict_bytes, level)?;
+        let core = py
+            .detach(|| RaggedCore::create(&path, &dtype, &opts))
+            .or_py(py)?;
+        Ok(PyRaggedCore {
+            core: RwLock::new(Some(core)),
+        })
+    }
+
+    /// Opens an existing store.
+    #[staticmethod]
+    #[pyo3(signature = (path, read_only=false))]
+    fn open(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<Self> {
+        let core = py
+            .detach(|| RaggedCore::open(&path, &open_options(read_only)))
+            .or_py(py)?;
+        Ok(PyRaggedCore {
+            core: RwLock::new(Some(core)),
+        })
+    }
+
+    fn len(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |c| c.len())
+    }
+
+    #[getter]
+    fn dtype(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |c| dtype_to_py(c.dtype()))
+    }
+
+    #[getter]
+    fn codec(&self, py: Python<'_>) -> PyResult<&'static str> {
+        self.with(py, |c| c.codec().name())
+    }
+
+    #[getter]
+    fn read_only(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |c| c.is_read_only())
+    }
+
+    fn has_dict(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |c| c.has_dict())
+    }
+
+    /// Appends records: `src` holds every payload packed, `offsets` the
+    /// `n + 1` byte boundaries, `shapes` one tuple per record. One commit.
+    fn append(
+        &self,
+        py: Python<'_>,
+        src: PyReadonlyArray1<'_, u8>,
+        offsets: PyReadonlyArray1<'_, u64>,
+        shapes: Vec<Vec<u64>>,
+    ) -> PyResult<u64> {
+        let data = src.as_slice()?;
+        let offsets = offsets.as_slice()?;
+        if offsets.len() != shapes.len() + 1 {
+            return Err(PyValueError::new_err("offsets must hold len(shapes) + 1 entries"));
+        }
+        let mut ranges = Vec::with_capacity(shapes.len());
+        for w in offsets.windows(2) {
+            let (a, b) = (w[0] as usize, w[1] as usize);
+            if a > b || b > data.len() {
+                return Err(PyValueError::new_err("offsets do not fit the payload"));
+            }
+            ranges.push((a, b));
+        }
+        let lock = &self.core;
+        py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            g.as_ref().map(|c| {
+                c.append_records(
+                    shapes
+                        .iter()
+                        .zip(&ranges)
+                        .map(|(s, &(a, b))| (s.as_slice(), &data[a..b])),
+                )
+            })
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
+    }
+
+    /// Gathers the records at `idxs`: `(payload uint8 array, offsets list,
+    /// shapes list)`, GIL released for the gather.
+    fn gather<'py>(
+        &self,
+        py: Python<'py>,
+        idxs: PyReadonlyArray1<'py, u64>,
+    ) -> PyResult<(Bound<'py, PyArray1<u8>>, Vec<usize>, Bound<'py, PyList>)> {
+        let idxs = idxs.as_slice()?;
+        let lock = &self.core;
+        let batch = py
+            .detach(|| {
+                let g = lock.read().unwrap_or_else(|p| p.into_inner());
+                g.as_ref().map(|c| {
+                    let mut batch = RaggedBatch::new();
+                    c.gather_into(idxs, &mut batch).map(|()| batch)
+                })
+            })
+            .ok_or_else(|| closed(py))?
+            .or_py(py)?;
+        let data = PyArray1::from_slice(py, batch.data());
+        let shapes = PyList::empty(py);
+        for k in 0..batch.len() {
+            shapes.append(PyTuple::new(py, batch.shape(k))?)?;
+        }
+        Ok((data, batch.offsets().to_vec(), shapes))
+    }
+
+    fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
+        let idxs = idxs.as_slice()?;
+        let lock = &self.core;
+        py.detach(|| {
+            let mut g = lock.write().unwrap_or_else(|p| p.into_inner());
+            g.as_mut().map(|c| c.delete(idxs))
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
+    }
+
+    fn compact(&self, py: Python<'_>) -> PyResult<()> {
+        let lock = &self.core;
+        py.detach(|| {
+            let mut g = lock.write().unwrap_or_else(|p| p.into_inner());
+            g.as_mut().map(|c| c.compact())
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
+    }
+
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let lock = &self.core;
+        py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            g.as_ref().map(|c| c.sync())
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.with(py, |c| c.stats())?;
+        stats_dict(py, s)
+    }
+
+    /// Drops the handle (releasing the store's lock). Idempotent.
+    fn close(&self, py: Python<'_>) {
+        close_handle(py, &self.core);
+    }
+}
+
+/// `"dense"`, `"ragged"` or `None` (no store at `path`).
+#[pyfunction]
+fn probe(py: Python<'_>, path: PathBuf) -> PyResult<Option<&'static str>> {
+    let kind = py.detach(|| zrecord::probe(&path)).or_py(py)?;
+    Ok(kind.map(|k| match k {
+        Kind::Dense => "dense",
+        Kind::Ragged => "ragged",
+    }))
+}
+
+/// Trains a zstd dictionary of at most `target` bytes on `samples`, cut
+/// into records by `sizes`.
+#[pyfunction]
+fn train_dict<'py>(
+    py: Python<'py>,
+    samples: PyReadonlyArray1<'py, u8>,
+    sizes: PyReadonlyArray1<'py, u64>,
+    target: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let data = samples.as_slice()?;
+    let sizes: Vec<usize> = sizes.as_slice()?.iter().map(|&s| s as usize).collect();
+    if sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s)) != Some(data.len()) {
+        return Err(PyValueError::new_err(
+            "sample sizes must exactly cover the sample buffer",
+        ));
+    }
+    if target == 0 {
+        return Err(PyValueError::new_err("dictionary target must be positive"));
+    }
+    let dict = py
+        .detach(|| zrecord_engine::train_dictionary(data, &sizes, target))
+        .map_err(|e| zerr(py, "DictTrainingError", e.to_string()))?;
+    Ok(PyBytes::new(py, &dict))
+}
+
+// ---------------------------------------------------------------------------
+// sampler
+
+/// `zsampler::Sampler` behind a mutex (the cursor moves on `next`).
+#[pyclass(frozen, subclass, name = "Sampler", module = "loaderx._native")]
+pub struct PySampler {
+    inner: Mutex<zsampler::Sampler>,
+    len: usize,
+}
+
+/// Batches at least this long are drawn with the GIL released; shorter
+/// ones take about as long as releasing it would.
+const DETACH_INDICES: usize = 4096;
+
+fn sampler_err(e: zsampler::Error) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+impl PySampler {
+    fn draw<'py>(&self, py: Python<'py>, step: Option<u64>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let out = PyArray1::<u64>::zeros(py, self.len, false);
+        {
+            let mut rw = out.readwrite();
+            let buf = rw.as_slice_mut()?;
+            let mut run = || {
+                let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+                match step {
+                    Some(step) => s.batch_at(step, buf),
+                    None => s.next_into(buf),
+                }
+            };
+            if self.len >= DETACH_INDICES {
+                py.detach(run)
+            } else {
+                run()
+            }
+            .map_err(sampler_err)?;
+        }
+        Ok(out)
+    }
+}
+
+#[pymethods]
+impl PySampler {
+    #[new]
+    #[pyo3(signature = (length, batch_size, mode, seed=42, *, rank=0, world=1))]
+    fn new(
+        length: u64,
+        batch_size: usize,
+        mode: u8,
+        seed: u64,
+        rank: usize,
+        world: usize,
+    ) -> PyResult<Self> {
+        let mode = zsampler::Mode::try_from(mode).map_err(sampler_err)?;
+        let mut s = zsampler::Sampler::new(length, batch_size, mode, seed).map_err(sampler_err)?;
+        if world != 1 || rank != 0 {
+            s = s.sharded(rank, world).map_err(sampler_err)?;
+        }
+        let len = s.batch_len();
+        Ok(PySampler {
+            inner: Mutex::new(s),
+            len,
+        })
+    }
+
+    /// The batch at the cursor (a new `uint64` array); advances the cursor.
+    fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        self.draw(py, None)
+    }
+
+    /// The batch of any `step`, without moving the cursor.
+    fn batch_at<'py>(&self, py: Python<'py>, step: u64) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        self.draw(py, Some(step))
+    }
+
+    /// Moves the cursor to `step` (O(1)): resuming is a seek.
+    fn seek(&self, step: u64) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).seek(step);
+    }
+
+    /// The step the next `next()` returns.
+    #[getter]
+    fn step(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).step()
+    }
+
+    /// Indices per batch for this rank.
+    #[getter]
+    fn batch_len(&self) -> usize {
+        self.len
+    }
+
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        self.draw(py, None)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// io
+
+/// Parallel `loadtxt` into a 2-D float array (`float64`, or `float32`).
+#[pyfunction]
+#[pyo3(signature = (path, comments, delimiter, skip_rows, usecols, max_rows, threads, chunk_bytes, single))]
+#[allow(clippy::too_many_arguments)]
+fn loadtxt<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    comments: Option<u8>,
+    delimiter: Option<u8>,
+    skip_rows: usize,
+    usecols: Option<Vec<usize>>,
+    max_rows: Option<usize>,
+    threads: usize,
+    chunk_bytes: usize,
+    single: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let opts = zrecord::text::LoadTxtOptions {
+        delimiter,
+        comments,
+        skip_rows,
+        usecols,
+        max_rows,
+        threads,
+        chunk_bytes,
+    };
+    if single {
+        let a = py
+            .detach(|| zrecord::text::loadtxt::<f32>(&path, &opts))
+            .or_py(py)?;
+        Ok(PyArray2::from_owned_array(py, a).into_any())
+    } else {
+        let a = py
+            .detach(|| zrecord::text::loadtxt::<f64>(&path, &opts))
+            .or_py(py)?;
+        Ok(PyArray2::from_owned_array(py, a).into_any())
+    }
+}
+
+/// The validated header of a `.npy` file as a dict.
+#[pyfunction]
+fn npy_header<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
+    let h = py.detach(|| zrecord::npy::read_header(&path)).or_py(py)?;
+    let d = PyDict::new(py);
+    d.set_item("version", h.version)?;
+    d.set_item("descr", dtype_to_py(&h.dtype))?;
+    d.set_item("fortran_order", h.fortran_order)?;
+    d.set_item("shape", PyTuple::new(py, &h.shape)?)?;
+    d.set_item("data_offset", h.data_offset)?;
+    d.set_item("payload_bytes", h.payload_bytes)?;
+    Ok(d)
+}
+
+/// Reads `nbytes` payload bytes at `offset` of `path` into a new uint8
+/// array (GIL released). The caller checked them against the header.
+#[pyfunction]
+fn read_bytes_at<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    offset: u64,
+    nbytes: usize,
+) -> PyResult<Bound<'py, PyArray1<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let len = std::fs::metadata(&path)
+        .map_err(|e| zerr(py, "StoreIOError", format!("{}: {e}", path.display())))?
+        .len();
+    if offset.checked_add(nbytes as u64).is_none_or(|end| end > len) {
+        return Err(PyValueError::new_err(format!(
+            "{}: needs {nbytes} bytes at offset {offset}, the file holds {len}",
+            path.display()
+        )));
+    }
+    let out = PyArray1::<u8>::zeros(py, nbytes, false);
+    {
+        let mut rw = out.readwrite();
+        let buf = rw.as_slice_mut()?;
+        py.detach(|| -> std::io::Result<()> {
+            let f = std::fs::File::open(&path)?;
+            f.read_exact_at(buf, offset)
+        })
+        .map_err(|e| zerr(py, "StoreIOError", format!("{}: {e}", path.display())))?;
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+
+/// The native module. Free-threaded builds run it without the GIL: every
+/// class is `frozen` and guards its state with a lock.
+#[pymodule(gil_used = false)]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MAX_RECORD_LEN", MAX_RECORD_LEN)?;
+    m.add_class::<PyDenseCore>()?;
+    m.add_class::<PyRaggedCore>()?;
+    m.add_class::<PySampler>()?;
+    m.add_function(wrap_pyfunction!(probe, m)?)?;
+    m.add_function(wrap_pyfunction!(train_dict, m)?)?;
+    m.add_function(wrap_pyfunction!(loadtxt, m)?)?;
+    m.add_function(wrap_pyfunction!(npy_header, m)?)?;
+    m.add_function(wrap_pyfunction!(read_bytes_at, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,228 @@
+"""The endless, step-based prefetch loader over a dict of named streams.
+
+``DataLoader(streams, num_workers=4, batch_size=256, prefetch_size=4, mode=2,
+seed=42, transform=identity)`` behaves like loaderx 1.7.2's: one gather thread
+draws index batches from the sampler and gathers every stream at them (the
+native gather releases the GIL and fans out over every core), ``num_workers``
+threads run ``transform`` (the collate step, on worker threads), the consumer
+iterates forever. A worker exception re-raises in the consumer with its
+traceback; ``close()`` never hangs on the pipeline's own waits; ``len()``
+raises ``TypeError``.
+
+Extensions (keyword-only): ``rank``/``world`` shard every global batch across
+processes (rank ``r`` gets a contiguous slice, the ranks together draw exactly
+the single-process stream); ``start_step`` resumes at a step (``loader.step``
+is the step of the next batch returned); ``ordered`` (default ``True``)
+delivers batches in step order, so a run is reproducible and resumable exactly.
+"""
+
+import threading
+from collections import deque
+
+from .zsampler import Sampler
+
+__all__ = ["DataLoader"]
+
+
+def _identity(batch):
+    return batch
+
+
+class _Pipeline:
+    """State shared by the threads. The threads reference this object, not the
+    DataLoader, so dropping the last DataLoader reference closes the pipeline."""
+
+    _POLL = 0.1
+
+    def __init__(self, streams, sampler, transform, num_workers, capacity,
+                 ordered, start_step):
+        self.streams = streams
+        self.sampler = sampler
+        self.transform = transform
+        self.capacity = capacity
+        self.ordered = ordered
+        self.cond = threading.Condition()
+        self.stopped = False
+        self.failure = None
+        self.raw = deque()            # (step, gathered batch) awaiting transform
+        self.done = {}                # step -> transformed batch
+        self.in_flight = 0            # gathered but not yet consumed
+        self.next_step = start_step   # next step handed to the consumer
+        self.threads = [threading.Thread(target=self._gather, name="loaderx-gather",
+                                         daemon=True)]
+        self.threads += [
+            threading.Thread(target=self._work, name=f"loaderx-transform-{i}",
+                             daemon=True)
+            for i in range(num_workers)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _fail(self, exc):
+        with self.cond:
+            if self.failure is None and not self.stopped:
+                self.failure = exc
+            self.stopped = True
+            self.cond.notify_all()
+
+    def _gather(self):
+        try:
+            while True:
+                with self.cond:
+                    while not self.stopped and self.in_flight >= self.capacity:
+                        self.cond.wait(self._POLL)
+                    if self.stopped:
+                        return
+                    self.in_flight += 1
+                step = self.sampler.step
+                idxs = self.sampler.next()
+                batch = {name: ds.__getitems__(idxs) for name, ds in self.streams.items()}
+                with self.cond:
+                    if self.stopped:
+                        return
+                    self.raw.append((step, batch))
+                    self.cond.notify_all()
+                del batch
+        except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
+            self._fail(exc)
+
+    def _work(self):
+        try:
+            while True:
+                with self.cond:
+                    while not self.stopped and not self.raw:
+                        self.cond.wait(self._POLL)
+                    if self.stopped:
+                        return
+                    step, batch = self.raw.popleft()
+                out = self.transform(batch)
+                del batch
+                with self.cond:
+                    if self.stopped:
+                        return
+                    self.done[step] = out
+                    self.cond.notify_all()
+                del out
+        except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
+            self._fail(exc)
+
+    def next(self):
+        with self.cond:
+            while True:
+                if self.ordered:
+                    if self.next_step in self.done:
+                        step = self.next_step
+                        break
+                elif self.done:
+                    step = min(self.done)
+                    break
+                if self.failure is not None:
+                    exc = self.failure
+                    raise exc.with_traceback(exc.__traceback__)
+                if self.stopped:
+                    raise RuntimeError("the DataLoader is closed")
+                self.cond.wait(self._POLL)
+            out = self.done.pop(step)
+            self.in_flight -= 1
+            self.next_step = step + 1
+            self.cond.notify_all()
+            return out
+
+    def close(self, timeout=30.0):
+        with self.cond:
+            self.stopped = True
+            self.raw.clear()
+            self.done.clear()
+            self.cond.notify_all()
+        current = threading.current_thread()
+        for t in self.threads:
+            if t is not current:
+                t.join(timeout)
+
+
+class DataLoader:
+    def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=4,
+                 mode=2, seed=42, transform=_identity, *, rank=None, world=None,
+                 start_step=0, ordered=True):
+        """Initialize a DataLoader over one or more named streams.
+
+        A batch is a dict ``{name: values}``: the stacked ``(batch_size,
+        *item_shape)`` array for a dense stream, a list of per-record arrays
+        for a ragged one. Every stream is gathered with the same indices.
+
+        Args:
+            streams (dict[str, DenseStore | RaggedStore]): Named streams, all
+                holding the same number of records.
+            num_workers (int): Threads that run ``transform`` (at least 1).
+            batch_size (int): Indices per global batch.
+            prefetch_size (int): Finished batches kept ready ahead of the
+                consumer.
+            mode (int): Sampler mode (``Sampler.Mode``); cyclic by default.
+            seed (int): Sampler seed.
+            transform (callable): Maps a batch dict to the value yielded.
+            rank (int, optional), world (int, optional): Shard: this process
+                takes lanes ``B*rank//world .. B*(rank+1)//world`` of each
+                global batch. Both or neither.
+            start_step (int): First step to produce (exact resume).
+            ordered (bool): Yield batches in step order (default) rather than
+                as workers finish.
+
+        Raises:
+            ValueError: If ``streams`` is empty, the streams differ in record
+                count, or the sampler arguments are invalid.
+        """
+        self.streams = dict(streams)
+        if not self.streams:
+            raise ValueError("need at least one stream")
+        lengths = {name: len(ds) for name, ds in self.streams.items()}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(
+                f"all streams must hold the same number of records, got {lengths}"
+            )
+        length = next(iter(lengths.values()))
+        if (rank is None) != (world is None):
+            raise ValueError("rank and world must be given together")
+        num_workers = max(1, int(num_workers))
+        prefetch_size = max(0, int(prefetch_size))
+        if rank is None:
+            sampler = Sampler(length, batch_size, mode, seed)
+        else:
+            sampler = Sampler(length, batch_size, mode, seed, rank=rank, world=world)
+        sampler.seek(int(start_step))
+        self.sampler = sampler
+        self._pipeline = _Pipeline(
+            self.streams, sampler, transform, num_workers,
+            capacity=max(1, prefetch_size + num_workers), ordered=bool(ordered),
+            start_step=int(start_step),
+        )
+
+    @property
+    def step(self):
+        """The step of the next batch this loader returns (ordered mode):
+        pass it as ``start_step`` to resume exactly."""
+        return self._pipeline.next_step
+
+    def __len__(self):
+        """Raises a TypeError since an endless loader has no length."""
+        raise TypeError("Eternal loader has no length.")
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._pipeline.next()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        self.close()
+
+    def close(self):
+        """Stop and join the pipeline threads. Idempotent."""
+        pipeline = getattr(self, "_pipeline", None)
+        if pipeline is not None:
+            pipeline.close()
+
+    def __del__(self):
+        self.close()

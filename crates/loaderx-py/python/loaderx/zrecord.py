@@ -1,0 +1,401 @@
+"""Zrecord typed persistent stores, one class per record-shape contract.
+
+* ``DenseStore`` — every record is one fixed-shape row; a gather returns one
+  new ``(B, *item_shape)`` array, filled by the native store with the GIL
+  released (decompression fans out over every core, straight into the array).
+* ``RaggedStore`` — records keep their own shapes (dtype unified); a gather
+  returns a list of arrays.
+
+The API, defaults, exception types and on-disk format are those of
+loaderx 1.7.2. Additions: ``read_only=True`` opens an existing store without
+taking the writer lock, ``level=`` picks the zstd level when a compressed store
+is created, and every failure is a precise :class:`ZrecordError` subclass
+(``StoreBusy``, ``IndexOutOfRange`` which is also an ``IndexError``, ...).
+"""
+
+from pathlib import Path
+import ast
+import math
+import operator
+
+import numpy as np
+
+from . import _native
+from ._errors import (
+    ZrecordError, IndexOutOfRange, StoreClosed, UnknownCodec, UnsupportedDType,
+    StoreBusy, StoreNotFound, KindMismatch, ReadOnlyStore, CorruptRecord,
+    InvalidStore,
+)
+
+__all__ = [
+    "DenseStore", "RaggedStore", "ZrecordError", "DICT_TIERS",
+    "StoreBusy", "StoreNotFound", "IndexOutOfRange", "KindMismatch",
+    "ReadOnlyStore", "StoreClosed", "CorruptRecord", "InvalidStore",
+    "UnsupportedDType",
+]
+
+MAX_RECORD_LEN = _native.MAX_RECORD_LEN
+
+# Named dictionary presets: dictionary size and training-sample byte budget.
+DICT_TIERS = {
+    "fast":     {"size": 32 << 10, "samples": 4 << 20},
+    "balanced": {"size": 128 << 10, "samples": 16 << 20},
+    "max":      {"size": 1 << 20, "samples": 64 << 20},
+}
+DICT_TIER_DEFAULT = "balanced"
+
+CODECS = ("raw", "zstd", "zstd_dict")
+
+
+def _dict_tier(tier):
+    """Resolve a tier name to its ``{size, samples}`` preset."""
+    if tier is None:
+        tier = DICT_TIER_DEFAULT
+    if tier not in DICT_TIERS:
+        raise ValueError(
+            f"unknown dict tier {tier!r}, expected one of {sorted(DICT_TIERS)}"
+        )
+    return DICT_TIERS[tier]
+
+
+def _dtype_identity(dtype):
+    """What the native layer persists: ``dtype.str`` or ``dtype.descr``."""
+    return dtype.descr if dtype.fields is not None else dtype.str
+
+
+def _identity_dtype(text):
+    """Rebuild the numpy dtype from the native layer's rendering of the stored
+    identity: a type string (``'<f4'``) or a descr literal (``[('x', '<f4')]``)."""
+    if text.startswith("["):
+        return np.dtype(ast.literal_eval(text))
+    return np.dtype(text)
+
+
+def _check_dtype(dtype):
+    if dtype.hasobject:
+        raise ValueError("object dtypes cannot be persisted")
+
+
+class _Base:
+    """Type identity, index normalization and lifecycle common to both kinds."""
+
+    _core = None
+
+    def __init__(self, path, kind, dtype=None, item_shape=None, codec=None,
+                 dict_bytes=None, read_only=False, level=None):
+        self.path = Path(path)
+        self._kind = kind
+        self.read_only = bool(read_only)
+        if codec is not None and codec not in CODECS:
+            raise UnknownCodec(
+                f"unknown codec {codec!r}, expected one of {list(CODECS)}"
+            )
+        found = _native.probe(str(self.path))
+        native = _native.DenseCore if kind == "dense" else _native.RaggedCore
+        if found is not None:
+            if found != kind:
+                raise KindMismatch(
+                    None, f"{self.path} is a {found!r} store, not {kind!r}"
+                )
+            if dict_bytes is not None:
+                raise ValueError("dict_bytes is only accepted when creating a store")
+            core = native.open(str(self.path), self.read_only)
+            try:
+                stored = _identity_dtype(core.dtype)
+                if dtype is not None and stored != np.dtype(dtype):
+                    raise ValueError(
+                        f"{self.path} holds dtype {_dtype_identity(stored)!r}, "
+                        f"cannot open as {np.dtype(dtype).str!r}"
+                    )
+                if codec is not None and core.codec != codec:
+                    raise ValueError(
+                        f"{self.path} holds codec {core.codec!r}, "
+                        f"cannot open as {codec!r}"
+                    )
+                if kind == "dense" and item_shape is not None:
+                    want = tuple(operator.index(d) for d in item_shape)
+                    if tuple(core.item_shape) != want:
+                        raise ValueError(
+                            f"{self.path} holds item_shape {tuple(core.item_shape)}, "
+                            f"cannot open as {want}"
+                        )
+            except BaseException:
+                core.close()
+                raise
+            self.dtype = stored
+            self.codec = core.codec
+        else:
+            if dtype is None or (kind == "dense" and item_shape is None):
+                raise StoreNotFound(None, f"{self.path} is not a loaderx store")
+            if self.read_only:
+                raise StoreNotFound(
+                    None, f"{self.path} is not a loaderx store (read_only=True never creates one)"
+                )
+            self.dtype = np.dtype(dtype)
+            _check_dtype(self.dtype)
+            self.codec = codec or "zstd"
+            if self.codec == "zstd_dict" and dict_bytes is None:
+                raise ValueError(
+                    "creating a zstd_dict store requires dict_bytes from train_dict"
+                )
+            if self.codec != "zstd_dict" and dict_bytes is not None:
+                raise ValueError("dict_bytes requires codec='zstd_dict'")
+            if dict_bytes is not None:
+                dict_bytes = bytes(dict_bytes)
+            identity = _dtype_identity(self.dtype)
+            if kind == "dense":
+                shape = tuple(int(d) for d in item_shape)
+                if any(d < 0 for d in shape):
+                    raise ValueError("item_shape dimensions must be non-negative")
+                row = math.prod(shape) * self.dtype.itemsize
+                if row <= 0 or row > MAX_RECORD_LEN:
+                    raise ValueError(
+                        f"dense record width {row} is outside the native limit"
+                    )
+                core = native.create(str(self.path), identity, list(shape),
+                                     self.codec, dict_bytes, level)
+            else:
+                core = native.create(str(self.path), identity, self.codec,
+                                     dict_bytes, level)
+        self._core = core
+        if kind == "dense":
+            self.item_shape = tuple(core.item_shape)
+            self._row_bytes = core.record_bytes
+
+    # -- lifecycle ----------------------------------------------------------
+
+    @property
+    def _store(self):
+        """The open native handle (``None`` once closed, like the reference)."""
+        return self._core
+
+    def _open(self):
+        core = self._core
+        if core is None:
+            raise StoreClosed(None, f"{self.path}: store is closed")
+        return core
+
+    def __len__(self):
+        return self._open().len()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        self.close()
+
+    def close(self):
+        """Release the store (and its lock). Idempotent."""
+        core = self._core
+        if core is not None:
+            self._core = None
+            core.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        state = "closed" if self._core is None else f"{len(self)} records"
+        extra = f", item_shape={self.item_shape}" if self._kind == "dense" else ""
+        return (f"{type(self).__name__}({str(self.path)!r}, dtype={self.dtype}"
+                f"{extra}, codec={self.codec!r}; {state})")
+
+    # -- indices ------------------------------------------------------------
+
+    def _idxs(self, idx):
+        """Normalize a scalar, slice, index container or bool mask to a
+        C-contiguous uint64 array of in-range indices (negatives wrap)."""
+        n = len(self)
+        if isinstance(idx, (int, np.integer)):
+            i = int(idx)
+            j = i + n if i < 0 else i
+            if not 0 <= j < n:
+                raise IndexOutOfRange(
+                    None, f"{self.path}: index {i} is out of range for {n} records"
+                )
+            return np.array([j], dtype=np.uint64)
+        if isinstance(idx, slice):
+            return np.arange(*idx.indices(n), dtype=np.int64).astype(np.uint64)
+        idxs = np.asarray(idx)
+        if idxs.dtype == np.bool_:
+            if idxs.ndim != 1 or idxs.shape[0] != n:
+                raise IndexError(
+                    f"boolean mask of shape {idxs.shape} does not match "
+                    f"{n} records"
+                )
+            return np.flatnonzero(idxs).astype(np.uint64)
+        if idxs.size == 0:
+            return np.empty(0, dtype=np.uint64)
+        if idxs.dtype.kind not in "iu":
+            raise IndexError(
+                "only integers, slices, integer arrays and boolean masks are "
+                f"valid record indices, got an array of {idxs.dtype}"
+            )
+        idxs = idxs.reshape(-1)
+        if idxs.dtype.kind == "i":
+            lo = int(idxs.min())
+            if lo < 0:
+                if lo < -n:
+                    raise IndexOutOfRange(
+                        None, f"{self.path}: index {lo} is out of range for {n} records"
+                    )
+                idxs = np.where(idxs < 0, idxs + n, idxs)
+        hi = int(idxs.max())
+        if hi >= n:
+            raise IndexOutOfRange(
+                None, f"{self.path}: index {hi} is out of range for {n} records"
+            )
+        return np.ascontiguousarray(idxs, dtype=np.uint64)
+
+    def __getitem__(self, idx):
+        """A scalar returns one record; anything else is a record set —
+        ``ds[0, 5, 2]``, a list, an array, a slice or a bool mask — with
+        negative indices wrapping from the end."""
+        if isinstance(idx, (int, np.integer)):
+            return self.__getitems__(self._idxs(idx))[0]
+        return self.__getitems__(idx)
+
+    # -- maintenance --------------------------------------------------------
+
+    def has_dict(self):
+        """True if the store has a zstd dictionary installed."""
+        return self._open().has_dict()
+
+    def sync(self):
+        """Durably flush payload, record locations, then the header commit."""
+        self._open().sync()
+
+    def delete(self, idx):
+        """Remove records, keeping the index space dense (swap-last: a
+        survivor's index may change). Normalized like reads. Must not run
+        concurrently with reads."""
+        idxs = self._idxs(idx)
+        self._open().delete(idxs)
+
+    def compact(self):
+        """Reclaim the space left behind by :meth:`delete`, in place.
+        Offline: nothing else may touch the store while it runs."""
+        self._open().compact()
+
+    def stats(self):
+        """``{'records', 'live_bytes', 'chunk_bytes', 'reclaimable'}``."""
+        return self._open().stats()
+
+
+class DenseStore(_Base):
+    """Fixed-shape records: one ``item_shape`` row per record.
+
+    ``DenseStore(path)`` opens an existing store; ``DenseStore(path, dtype,
+    item_shape, codec='zstd', dict_bytes=None)`` creates one if none exists
+    (and validates the arguments against it otherwise). Reads return
+    ``(len(idxs), *item_shape)`` arrays; ``ds[i]`` is one ``item_shape`` record.
+    """
+
+    def __init__(self, path, dtype=None, item_shape=None, codec=None,
+                 dict_bytes=None, *, read_only=False, level=None):
+        super().__init__(path, "dense", dtype, item_shape, codec, dict_bytes,
+                         read_only, level)
+
+    def _prepare_dense(self, batch):
+        batch = np.asarray(batch)
+        if batch.ndim == 0:
+            batch = batch.reshape(1)
+        if batch.dtype != self.dtype:
+            raise ValueError(
+                f"dense append dtype {batch.dtype} != store dtype {self.dtype}"
+            )
+        if batch.ndim != len(self.item_shape) + 1 or batch.shape[1:] != self.item_shape:
+            raise ValueError(
+                f"dense append shape {batch.shape} != (batch, *{self.item_shape})"
+            )
+        if len(batch) == 0:
+            raise ValueError("append needs at least one record")
+        return np.ascontiguousarray(batch)
+
+    def append(self, records):
+        """Append one ``(batch, *item_shape)`` array; returns the first new
+        record's index. Compression runs on every core, GIL released."""
+        core = self._open()
+        src = self._prepare_dense(records)
+        return core.append(src.reshape(-1).view(np.uint8))
+
+    def __getitems__(self, idxs):
+        core = self._open()
+        idxs = self._idxs(idxs)
+        values = np.empty((idxs.size, *self.item_shape), dtype=self.dtype)
+        if idxs.size:
+            core.gather_into(idxs, values.reshape(-1).view(np.uint8))
+        return values
+
+
+class RaggedStore(_Base):
+    """Variable-shape records: dtype unified, each record keeps its shape.
+
+    Append takes an iterable of array-likes (or ``bytes`` for a ``uint8``
+    store); a gather returns a list of arrays with their written shapes
+    (scalars keep ``shape == ()``). Zero-byte records are rejected.
+    """
+
+    def __init__(self, path, dtype=None, codec=None, dict_bytes=None, *,
+                 read_only=False, level=None):
+        super().__init__(path, "ragged", dtype, None, codec, dict_bytes,
+                         read_only, level)
+
+    def _prepare_batch(self, records):
+        """Pack records into ``(payload uint8, byte offsets, shapes)``."""
+        bufs, shapes = [], []
+        for record in records:
+            if isinstance(record, (bytes, bytearray, memoryview)):
+                if self.dtype != np.dtype(np.uint8):
+                    raise ValueError(
+                        f"bytes records are uint8, but the store dtype is {self.dtype}"
+                    )
+                b = np.frombuffer(record, dtype=np.uint8)
+                shape = (len(b),)
+            else:
+                a = np.asarray(record)
+                if a.dtype != self.dtype:
+                    raise ValueError(
+                        f"ragged record dtype {a.dtype} != store dtype {self.dtype}"
+                    )
+                shape = a.shape
+                b = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            n = b.nbytes
+            if n == 0:
+                raise ValueError(
+                    "empty records are not stored — a record must be non-empty"
+                )
+            if n > MAX_RECORD_LEN:
+                raise ValueError(
+                    f"record of {n} bytes exceeds the {MAX_RECORD_LEN} byte record limit"
+                )
+            bufs.append(b)
+            shapes.append(shape)
+        if not bufs:
+            raise ValueError("append needs at least one record")
+        sizes = np.fromiter((b.nbytes for b in bufs), dtype=np.uint64, count=len(bufs))
+        offsets = np.zeros(len(bufs) + 1, dtype=np.uint64)
+        np.cumsum(sizes, out=offsets[1:])
+        return np.concatenate(bufs), offsets, shapes
+
+    def append(self, records):
+        """Append an iterable of records under one native commit; returns the
+        first new record's index."""
+        core = self._open()
+        src, offsets, shapes = self._prepare_batch(records)
+        return core.append(src, offsets, shapes)
+
+    def __getitems__(self, idxs):
+        core = self._open()
+        idxs = self._idxs(idxs)
+        if idxs.size == 0:
+            return []
+        buf, offsets, shapes = core.gather(idxs)
+        dtype = self.dtype
+        out = []
+        for k, shape in enumerate(shapes):
+            out.append(buf[offsets[k]:offsets[k + 1]].view(dtype).reshape(shape))
+        return out

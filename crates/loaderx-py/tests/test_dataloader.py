@@ -1,0 +1,189 @@
+"""DataLoader public behaviour: batch dicts over dense + ragged streams,
+alignment, transform on worker threads, error propagation with traceback,
+close, len(), and the sharding / resume extensions."""
+
+import threading
+import time
+import traceback
+
+import numpy as np
+import pytest
+
+from loaderx.dataloader import DataLoader
+from loaderx.zrecord import DenseStore, RaggedStore
+
+from conftest import ours_only
+
+
+def make_streams(n=100):
+    x = np.arange(n * 6, dtype=np.float32).reshape(n, 2, 3)
+    y = np.arange(n, dtype=np.int64)
+    with DenseStore("x", x.dtype, x.shape[1:]) as s:
+        s.append(x)
+    with DenseStore("y", y.dtype, ()) as s:
+        s.append(y)
+    with RaggedStore("t", np.int32) as s:
+        s.append([np.full(i % 5 + 1, i, np.int32) for i in range(n)])
+    return x, {"x": DenseStore("x"), "y": DenseStore("y"), "t": RaggedStore("t")}
+
+
+def close_all(streams):
+    for s in streams.values():
+        s.close()
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_batches_are_aligned(mode):
+    x, streams = make_streams()
+    with DataLoader(streams, batch_size=16, mode=mode, num_workers=2) as loader:
+        for _, batch in zip(range(20), loader):
+            assert set(batch) == {"x", "y", "t"}
+            assert batch["x"].shape == (16, 2, 3) and batch["y"].shape == (16,)
+            assert isinstance(batch["t"], list) and len(batch["t"]) == 16
+            idx = batch["y"]
+            np.testing.assert_array_equal(batch["x"], x[idx])
+            for rec, i in zip(batch["t"], idx):
+                assert rec.shape == (i % 5 + 1,) and (rec == i).all()
+    close_all(streams)
+
+
+def test_len_raises_type_error():
+    _, streams = make_streams(10)
+    loader = DataLoader(streams, batch_size=4)
+    with pytest.raises(TypeError):
+        len(loader)
+    loader.close()
+    close_all(streams)
+
+
+def test_validation():
+    with pytest.raises(ValueError):
+        DataLoader({})
+    a = DenseStore("a", np.uint8, (1,))
+    a.append(np.zeros((3, 1), np.uint8))
+    b = DenseStore("b", np.uint8, (1,))
+    b.append(np.zeros((4, 1), np.uint8))
+    with pytest.raises(ValueError):
+        DataLoader({"a": a, "b": b})
+    a.close()
+    b.close()
+
+
+def test_transform_runs_on_worker_threads():
+    _, streams = make_streams(50)
+    main = threading.get_ident()
+    seen = set()
+
+    def collate(batch):
+        seen.add(threading.get_ident())
+        return {"input": batch["x"].reshape(len(batch["y"]), -1), "label": batch["y"]}
+
+    loader = DataLoader(streams, batch_size=8, num_workers=3, transform=collate)
+    for _ in range(10):
+        out = next(loader)
+        assert out["input"].shape == (8, 6)
+    loader.close()
+    assert seen and main not in seen
+    close_all(streams)
+
+
+def test_worker_exception_reraises_with_traceback():
+    _, streams = make_streams(20)
+
+    def boom(batch):
+        raise KeyError("bad sample")
+
+    loader = DataLoader(streams, batch_size=4, transform=boom)
+    with pytest.raises(KeyError) as info:
+        next(loader)
+    frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+    assert "boom" in frames
+    loader.close()
+    close_all(streams)
+
+
+def test_close_never_hangs_with_full_queues():
+    _, streams = make_streams(64)
+    for _ in range(5):
+        loader = DataLoader(streams, batch_size=8, prefetch_size=2, num_workers=4)
+        next(loader)
+        time.sleep(0.05)  # let every queue fill up
+        t0 = time.monotonic()
+        loader.close()
+        assert time.monotonic() - t0 < 10
+    # close before any batch, and twice
+    loader = DataLoader(streams, batch_size=8)
+    loader.close()
+    loader.close()
+    close_all(streams)
+
+
+def test_endless_and_seeded():
+    _, streams = make_streams(30)
+    a = DataLoader(streams, batch_size=7, seed=1, num_workers=1)
+    labels = [next(a)["y"] for _ in range(30)]  # 210 draws from 30 records: no end
+    a.close()
+    assert all(len(l) == 7 for l in labels)
+    close_all(streams)
+
+
+def test_torch_style_transform():
+    """The README's CPU->device transform shape, with numpy standing in for
+    torch when it is not installed."""
+    try:
+        import torch
+        to_tensor = torch.from_numpy
+    except ImportError:
+        torch = None
+        to_tensor = np.asarray
+    x, streams = make_streams(40)
+    del streams["t"]
+
+    def to_device(batch):
+        return {k: to_tensor(v) for k, v in batch.items()}
+
+    loader = DataLoader(streams, batch_size=8, transform=to_device)
+    for _ in range(5):
+        b = next(loader)
+        np.testing.assert_array_equal(np.asarray(b["x"]), x[np.asarray(b["y"])])
+    loader.close()
+    close_all(streams)
+
+
+@ours_only
+def test_ordered_resume_and_sharding():
+    x, streams = make_streams(100)
+    base = DataLoader(streams, batch_size=12, seed=9, num_workers=3)
+    full = [next(base)["y"] for _ in range(12)]
+    assert base.step == 12
+    base.close()
+    resumed = DataLoader(streams, batch_size=12, seed=9, start_step=7)
+    for k in range(7, 12):
+        np.testing.assert_array_equal(next(resumed)["y"], full[k])
+    resumed.close()
+    shards = [DataLoader(streams, batch_size=12, seed=9, rank=r, world=4) for r in range(4)]
+    for k in range(5):
+        parts = [next(s)["y"] for s in shards]
+        assert all(len(p) == 3 for p in parts)
+        np.testing.assert_array_equal(np.concatenate(parts), full[k])
+    for s in shards:
+        s.close()
+    with pytest.raises(ValueError):
+        DataLoader(streams, rank=1)
+    close_all(streams)
+
+
+@ours_only
+def test_dropping_the_loader_stops_its_threads():
+    import gc
+    _, streams = make_streams(20)
+    before = threading.active_count()
+    loader = DataLoader(streams, batch_size=4, num_workers=2)
+    next(loader)
+    del loader
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() == before
+    close_all(streams)

@@ -1,0 +1,263 @@
+"""DenseStore public behaviour: creation/open, append, every index form,
+maintenance, lifecycle. Guards the drop-in claim for the dense contract."""
+
+import numpy as np
+import pytest
+
+from loaderx.zrecord import DenseStore, RaggedStore, ZrecordError
+
+from conftest import ours_only, structured_dtype
+
+CODECS = ["raw", "zstd"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_roundtrip_and_index_forms(codec):
+    data = np.arange(64, dtype=np.float32).reshape(8, 2, 4)
+    with DenseStore("data", data.dtype, data.shape[1:], codec=codec) as ds:
+        assert ds.append(data) == 0
+        assert ds.append(data[:3]) == 8
+    ds = DenseStore("data")
+    assert len(ds) == 11 and ds.codec == codec
+    assert ds.dtype == np.float32 and ds.item_shape == (2, 4)
+    full = np.concatenate([data, data[:3]])
+    np.testing.assert_array_equal(ds[0, 5, 2], full[[0, 5, 2]])
+    assert ds[0, 5, 2].shape == (3, 2, 4)
+    np.testing.assert_array_equal(ds[3], full[3])
+    assert ds[3].shape == (2, 4)
+    np.testing.assert_array_equal(ds[-1], full[-1])
+    np.testing.assert_array_equal(ds[np.int64(4)], full[4])
+    np.testing.assert_array_equal(ds[2:9:3], full[2:9:3])
+    np.testing.assert_array_equal(ds[::-1], full[::-1])
+    np.testing.assert_array_equal(ds[[-1, -11, 0]], full[[-1, -11, 0]])
+    np.testing.assert_array_equal(ds[np.array([7, 7, 1], dtype=np.uint32)], full[[7, 7, 1]])
+    mask = np.arange(11) % 3 == 0
+    np.testing.assert_array_equal(ds[mask], full[mask])
+    np.testing.assert_array_equal(ds.__getitems__([4, 1]), full[[4, 1]])
+    assert ds[[]].shape == (0, 2, 4)
+    assert ds[5:2].shape == (0, 2, 4)
+    out = ds[0, 1]
+    assert out.flags.c_contiguous and out.flags.writeable and out.flags.owndata
+    ds.close()
+
+
+def test_scalar_records_and_1d_labels():
+    labels = np.arange(10, dtype=np.int64) * 7
+    with DenseStore("label", labels.dtype, labels.shape[1:]) as ds:
+        ds.append(labels)
+        assert ds.item_shape == ()
+        assert ds[3] == 21
+        assert ds[[1, 2]].shape == (2,)
+
+
+@pytest.mark.parametrize("dtype", ["<f2", ">f4", "<c16", "|b1", ">i8", "<u2", "|i1"])
+def test_dtype_identity_roundtrips(dtype):
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 2, size=(5, 3)).astype(dtype)
+    with DenseStore("d", data.dtype, (3,)) as ds:
+        ds.append(data)
+    with DenseStore("d") as ds:
+        assert ds.dtype == np.dtype(dtype) and ds.dtype.str == np.dtype(dtype).str
+        got = ds[:]
+        assert got.dtype.str == np.dtype(dtype).str
+        np.testing.assert_array_equal(got, data)
+
+
+def test_structured_dtype_roundtrips():
+    dt = structured_dtype()
+    data = np.zeros(6, dtype=dt)
+    data["x"] = np.arange(6)
+    data["id"] = np.arange(6) * 1000
+    data["pos"] = np.arange(18).reshape(6, 3)
+    data["inner"]["b"] = 0.5
+    with DenseStore("s", dt, ()) as ds:
+        ds.append(data)
+    with DenseStore("s") as ds:
+        assert ds.dtype == dt and ds.dtype.descr == dt.descr
+        got = ds[[5, 0]]
+        assert got.tobytes() == data[[5, 0]].tobytes()
+
+
+def test_open_validates_explicit_arguments():
+    with DenseStore("d", np.uint8, (4,), codec="raw") as ds:
+        ds.append(np.zeros((2, 4), np.uint8))
+    with DenseStore("d", np.uint8, (4,), codec="raw") as ds:
+        assert len(ds) == 2
+    with pytest.raises(ValueError):
+        DenseStore("d", np.float32)
+    with pytest.raises(ValueError):
+        DenseStore("d", item_shape=(5,))
+    with pytest.raises(ValueError):
+        DenseStore("d", codec="zstd")
+    with pytest.raises(ValueError):
+        RaggedStore("d")
+    with pytest.raises(ValueError):
+        DenseStore("d", dict_bytes=b"abc")
+    # every failed open released the store
+    with DenseStore("d") as ds:
+        assert len(ds) == 2
+
+
+def test_create_errors():
+    with pytest.raises(FileNotFoundError):
+        DenseStore("missing")
+    with pytest.raises(FileNotFoundError):
+        DenseStore("missing", np.float32)  # dense needs item_shape too
+    with pytest.raises(ValueError):
+        DenseStore("z", np.uint8, (4,), codec="zstd_dict")
+    with pytest.raises(ValueError):
+        DenseStore("z", np.uint8, (4,), codec="zstd", dict_bytes=b"x")
+    with pytest.raises(KeyError):
+        DenseStore("z", np.uint8, (4,), codec="lz4")
+    with pytest.raises(ValueError):
+        DenseStore("z", np.uint8, (0,))
+    with pytest.raises(ValueError):
+        DenseStore("z", np.uint8, (-1,))
+    with pytest.raises(ValueError):
+        DenseStore("z", object, (1,))
+
+
+def test_append_validation():
+    with DenseStore("d", np.float32, (2, 4)) as ds:
+        with pytest.raises(ValueError):
+            ds.append(np.zeros((3, 2, 4), np.float64))
+        with pytest.raises(ValueError):
+            ds.append(np.zeros((3, 8), np.float32))
+        with pytest.raises(ValueError):
+            ds.append(np.zeros((0, 2, 4), np.float32))
+        with pytest.raises(ValueError):
+            ds.append(np.float32(1))
+        # a non-contiguous source is fine
+        src = np.arange(32, dtype=np.float32).reshape(2, 2, 8)[:, :, ::2]
+        assert not src.flags.c_contiguous
+        ds.append(src)
+        np.testing.assert_array_equal(ds[:], src)
+        assert len(ds) == 2
+
+
+def test_out_of_range_is_zrecord_error():
+    with DenseStore("d", np.uint8, (1,)) as ds:
+        ds.append(np.zeros((3, 1), np.uint8))
+        for bad in (3, [3], [0, 5], [-4]):
+            with pytest.raises(ZrecordError):
+                ds[bad]
+        with pytest.raises(ZrecordError):
+            ds.delete([7])
+        assert len(ds) == 3
+
+
+@ours_only
+def test_out_of_range_is_also_index_error():
+    from loaderx.zrecord import IndexOutOfRange
+    with DenseStore("d", np.uint8, (1,)) as ds:
+        ds.append(np.zeros((3, 1), np.uint8))
+        for bad in (3, -4, [3], np.array([-4])):
+            with pytest.raises(IndexError) as info:
+                ds[bad]
+            assert isinstance(info.value, IndexOutOfRange)
+            assert info.value.code == -3
+        with pytest.raises(IndexError):
+            ds[np.array([True, False])]  # mask length must match
+        with pytest.raises(IndexError):
+            ds[[0.5]]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_delete_compact_stats(codec):
+    data = np.arange(100 * 16, dtype=np.int32).reshape(100, 16)
+    with DenseStore("d", data.dtype, (16,), codec=codec) as ds:
+        ds.append(data)
+        before = ds.stats()
+        assert set(before) == {"records", "live_bytes", "chunk_bytes", "reclaimable"}
+        assert before["records"] == 100 and before["reclaimable"] == 0
+        ds.delete(np.arange(0, len(ds), 2))
+        assert len(ds) == 50
+        survivors = {tuple(r) for r in ds[:]}
+        assert survivors == {tuple(r) for r in data[1::2]}
+        mid = ds.stats()
+        assert mid["records"] == 50 and mid["reclaimable"] > 0
+        assert mid["chunk_bytes"] == before["chunk_bytes"]
+        ds.compact()
+        after = ds.stats()
+        assert after["records"] == 50
+        assert after["chunk_bytes"] < before["chunk_bytes"]
+        assert {tuple(r) for r in ds[:]} == survivors
+        ds.delete(-1)
+        ds.delete(slice(0, 2))
+        ds.delete(np.ones(len(ds), bool) & (np.arange(len(ds)) == 3))
+        assert len(ds) == 46
+        ds.delete([])
+        assert len(ds) == 46
+        ds.sync()
+        assert ds.has_dict() is False
+    with DenseStore("d") as ds:
+        assert len(ds) == 46
+
+
+def test_second_handle_is_busy_and_close_releases():
+    ds = DenseStore("d", np.uint8, (2,))
+    with pytest.raises(ZrecordError) as info:
+        DenseStore("d")
+    assert info.value.code == -14
+    ds.close()
+    ds.close()  # idempotent
+    with DenseStore("d") as again:
+        assert len(again) == 0
+
+
+@ours_only
+def test_busy_subclass_and_closed_store():
+    from loaderx.zrecord import StoreBusy, StoreClosed
+    ds = DenseStore("d", np.uint8, (2,))
+    with pytest.raises(StoreBusy):
+        DenseStore("d")
+    ds.close()
+    with pytest.raises(StoreClosed):
+        len(ds)
+    with pytest.raises(StoreClosed):
+        ds[0]
+    with pytest.raises(ValueError):
+        ds.append(np.zeros((1, 2), np.uint8))
+
+
+@ours_only
+def test_read_only_open():
+    from loaderx.zrecord import ReadOnlyStore
+    data = np.arange(12, dtype=np.int16).reshape(6, 2)
+    with DenseStore("d", data.dtype, (2,)) as ds:
+        ds.append(data)
+    with pytest.raises(FileNotFoundError):
+        DenseStore("nothing", np.int16, (2,), read_only=True)
+    ro = DenseStore("d", read_only=True)
+    ro2 = DenseStore("d", read_only=True)
+    np.testing.assert_array_equal(ro[[5, 0]], data[[5, 0]])
+    np.testing.assert_array_equal(ro2[:], data)
+    with pytest.raises(PermissionError) as info:
+        ro.append(data)
+    assert isinstance(info.value, ReadOnlyStore)
+    with pytest.raises(PermissionError):
+        ro.delete([0])
+    assert len(ro) == 6
+    ro.close()
+    ro2.close()
+
+
+@ours_only
+@pytest.mark.parametrize("level", [1, 19])
+def test_compression_level_is_a_creation_argument(level):
+    data = np.tile(np.arange(256, dtype=np.uint8), (32, 4))
+    with DenseStore("d", np.uint8, (1024,), codec="zstd", level=level) as ds:
+        ds.append(data)
+        np.testing.assert_array_equal(ds[:], data)
+    with DenseStore("d") as ds:
+        np.testing.assert_array_equal(ds[::-1], data[::-1])
+
+
+def test_large_records_and_batches():
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 255, size=(40, 64, 1024), dtype=np.uint8)
+    for codec in CODECS:
+        with DenseStore(f"big_{codec}", np.uint8, (64, 1024), codec=codec) as ds:
+            ds.append(data)
+            idx = rng.integers(0, 40, size=100)
+            np.testing.assert_array_equal(ds[idx], data[idx])

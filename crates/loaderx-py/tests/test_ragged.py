@@ -1,0 +1,146 @@
+"""RaggedStore public behaviour: exact per-record shapes (scalars included),
+bytes records, validation, maintenance. Guards the ragged contract."""
+
+import numpy as np
+import pytest
+
+from loaderx.zrecord import DenseStore, RaggedStore, ZrecordError
+
+from conftest import ours_only, structured_dtype
+
+
+def records(rng, n, dtype=np.int32):
+    out = []
+    for i in range(n):
+        rank = i % 4
+        shape = tuple(int(d) for d in rng.integers(1, 6, size=rank))
+        out.append(rng.integers(-1000, 1000, size=shape).astype(dtype))
+    return out
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_roundtrip_shapes(codec):
+    rng = np.random.default_rng(2)
+    recs = records(rng, 50)
+    with RaggedStore("r", np.int32, codec=codec) as rs:
+        assert rs.append(recs[:20]) == 0
+        assert rs.append(iter(recs[20:])) == 20
+    rs = RaggedStore("r")
+    assert len(rs) == 50 and rs.dtype == np.int32 and rs.codec == codec
+    assert not hasattr(rs, "item_shape")
+    got = rs[0, 2, 4]
+    assert isinstance(got, list) and len(got) == 3
+    for g, k in zip(got, (0, 2, 4)):
+        assert g.shape == recs[k].shape and g.dtype == np.int32
+        np.testing.assert_array_equal(g, recs[k])
+    assert rs[0].shape == ()  # rank-0 record keeps shape ()
+    np.testing.assert_array_equal(rs[-1], recs[-1])
+    for got, want in zip(rs[::-3], recs[::-3]):
+        np.testing.assert_array_equal(got, want)
+    mask = np.zeros(50, bool)
+    mask[[3, 7]] = True
+    assert [g.shape for g in rs[mask]] == [recs[3].shape, recs[7].shape]
+    assert rs[[]] == []
+    rs.close()
+
+
+def test_readme_padding_example():
+    seqs = [np.arange(L, dtype=np.int32) for L in (3, 1, 4, 1, 5)]
+    with RaggedStore("tokens", np.int32) as rs:
+        rs.append(seqs)
+    rs = RaggedStore("tokens")
+    recs = rs[0, 2, 4]
+    lengths = np.array([len(r) for r in recs])
+    padded = np.zeros((len(recs), lengths.max()), dtype=recs[0].dtype)
+    for i, r in enumerate(recs):
+        padded[i, :len(r)] = r
+    np.testing.assert_array_equal(padded, [[0, 1, 2, 0, 0], [0, 1, 2, 3, 0], [0, 1, 2, 3, 4]])
+    rs.close()
+
+
+def test_bytes_records():
+    with RaggedStore("b", np.uint8) as rs:
+        rs.append([b"abc", bytearray(b"de"), np.frombuffer(b"xyz!", np.uint8)])
+        assert [r.tobytes() for r in rs[:]] == [b"abc", b"de", b"xyz!"]
+        assert rs[1].shape == (2,)
+    with RaggedStore("i", np.int32) as rs:
+        with pytest.raises(ValueError):
+            rs.append([b"abcd"])
+
+
+def test_append_validation():
+    with RaggedStore("r", np.int32) as rs:
+        with pytest.raises(ValueError):
+            rs.append([np.zeros(0, np.int32)])
+        with pytest.raises(ValueError):
+            rs.append([np.zeros((3, 0), np.int32)])
+        with pytest.raises(ValueError):
+            rs.append([])
+        with pytest.raises(ValueError):
+            rs.append([np.zeros(3, np.int64)])
+        with pytest.raises(ValueError):
+            rs.append([np.zeros(3, np.int32), np.zeros(2, np.float32)])
+        assert len(rs) == 0
+        with pytest.raises(ZrecordError):
+            rs[0]
+    with pytest.raises(FileNotFoundError):
+        RaggedStore("nothing")
+    with pytest.raises(ValueError):
+        RaggedStore("o", object)
+
+
+def test_structured_and_non_native_order():
+    dt = structured_dtype()
+    recs = [np.zeros(n, dt) for n in (1, 3, 2)]
+    for i, r in enumerate(recs):
+        r["id"] = np.arange(len(r)) + 10 * i
+    with RaggedStore("s", dt) as rs:
+        rs.append(recs)
+    with RaggedStore("s") as rs:
+        assert rs.dtype == dt
+        for g, w in zip(rs[:], recs):
+            assert g.dtype == dt and g.tobytes() == w.tobytes()
+    big = [np.arange(n, dtype=">f8").reshape(-1, 1) for n in (2, 5)]
+    with RaggedStore("be", ">f8") as rs:
+        rs.append(big)
+        got = rs[:]
+        assert got[1].dtype.str == ">f8" and got[1].shape == (5, 1)
+        np.testing.assert_array_equal(got[1], big[1])
+
+
+def test_delete_compact_stats():
+    rng = np.random.default_rng(3)
+    recs = records(rng, 40, np.float64)
+    with RaggedStore("r", np.float64) as rs:
+        rs.append(recs)
+        s0 = rs.stats()
+        assert s0["records"] == 40
+        rs.delete(np.arange(0, 40, 2))
+        assert len(rs) == 20 and rs.stats()["records"] == 20
+        want = sorted(r.tobytes() for r in recs[1::2])
+        assert sorted(r.tobytes() for r in rs[:]) == want
+        rs.compact()
+        assert rs.stats()["chunk_bytes"] < s0["chunk_bytes"]
+        assert sorted(r.tobytes() for r in rs[:]) == want
+    with RaggedStore("r") as rs:
+        assert sorted(r.tobytes() for r in rs[:]) == want
+
+
+def test_kind_mismatch():
+    with RaggedStore("r", np.int32) as rs:
+        rs.append([np.arange(3, dtype=np.int32)])
+    with pytest.raises(ValueError):
+        DenseStore("r")
+
+
+@ours_only
+def test_ragged_read_only_and_busy():
+    from loaderx.zrecord import StoreBusy
+    with RaggedStore("r", np.int32) as rs:
+        rs.append([np.arange(3, dtype=np.int32)])
+        with pytest.raises(StoreBusy):
+            RaggedStore("r")
+    with RaggedStore("r", read_only=True) as ro:
+        np.testing.assert_array_equal(ro[0], [0, 1, 2])
+        with pytest.raises(PermissionError):
+            ro.append([np.arange(3, dtype=np.int32)])
