@@ -114,7 +114,7 @@ fn compact_keeps_survivors_and_shrinks_files() {
         assert_eq!(bytes_of(dir.path(), "loc"), model.len() as u64 * 16);
         assert_eq!(count_files(dir.path(), "loc"), model.len().div_ceil(4));
         drop(e);
-        let mut e = reopen(dir.path(), &cfg);
+        let e = reopen(dir.path(), &cfg);
         assert_matches(&e, &model);
         // Appends continue at the compacted frontier.
         let extra = record(99, 33);

@@ -26,7 +26,7 @@ pub fn record(tag: u64, len: usize) -> Vec<u8> {
     let mut r = Rng(tag);
     let alphabet: Vec<u8> = (0..4).map(|_| r.next() as u8).collect();
     (0..len)
-        .map(|i| alphabet[(i / 3 + (r.next() % 7 == 0) as usize) % 4] ^ (tag as u8))
+        .map(|i| alphabet[(i / 3 + r.next().is_multiple_of(7) as usize) % 4] ^ (tag as u8))
         .collect()
 }
 
