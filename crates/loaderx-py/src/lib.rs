@@ -151,18 +151,19 @@ fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
         } else {
             Vec::new()
         };
-        let dtype = match ty.cast::<PyString>() {
-            Ok(s) if name.is_empty() => {
-                let s = s.to_str()?;
-                match s.trim_start_matches(['|', '<', '>', '=']).strip_prefix('V') {
-                    Some(n) => DType::Padding(n.parse().map_err(|_| {
-                        PyValueError::new_err(format!("bad padding type {s:?}"))
-                    })?),
-                    None => DType::parse(s).or_py(py)?,
+        let dtype =
+            match ty.cast::<PyString>() {
+                Ok(s) if name.is_empty() => {
+                    let s = s.to_str()?;
+                    match s.trim_start_matches(['|', '<', '>', '=']).strip_prefix('V') {
+                        Some(n) => DType::Padding(n.parse().map_err(|_| {
+                            PyValueError::new_err(format!("bad padding type {s:?}"))
+                        })?),
+                        None => DType::parse(s).or_py(py)?,
+                    }
                 }
-            }
-            _ => dtype_from_py(&ty)?,
-        };
+                _ => dtype_from_py(&ty)?,
+            };
         fields.push(Field { name, dtype, shape });
     }
     Ok(DType::Structured(fields))
@@ -402,6 +403,10 @@ impl PyDenseCore {
 // ---------------------------------------------------------------------------
 // ragged
 
+/// What a ragged gather hands Python: the packed payloads, the `n + 1` byte
+/// offsets, one shape tuple per record.
+type RaggedOut<'py> = (Bound<'py, PyArray1<u8>>, Vec<usize>, Bound<'py, PyList>);
+
 /// A ragged store handle (`zrecord::RaggedCore`); `close` drops it.
 #[pyclass(frozen, name = "RaggedCore", module = "loaderx._native")]
 pub struct PyRaggedCore {
@@ -409,7 +414,11 @@ pub struct PyRaggedCore {
 }
 
 impl PyRaggedCore {
-    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&RaggedCore) -> R + Send) -> PyResult<R> {
+    fn with<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&RaggedCore) -> R + Send,
+    ) -> PyResult<R> {
         with_read(py, &self.core, f)
     }
 }
@@ -484,7 +493,9 @@ impl PyRaggedCore {
         let data = src.as_slice()?;
         let offsets = offsets.as_slice()?;
         if offsets.len() != shapes.len() + 1 {
-            return Err(PyValueError::new_err("offsets must hold len(shapes) + 1 entries"));
+            return Err(PyValueError::new_err(
+                "offsets must hold len(shapes) + 1 entries",
+            ));
         }
         let mut ranges = Vec::with_capacity(shapes.len());
         for w in offsets.windows(2) {
@@ -516,7 +527,7 @@ impl PyRaggedCore {
         &self,
         py: Python<'py>,
         idxs: PyReadonlyArray1<'py, u64>,
-    ) -> PyResult<(Bound<'py, PyArray1<u8>>, Vec<usize>, Bound<'py, PyList>)> {
+    ) -> PyResult<RaggedOut<'py>> {
         let idxs = idxs.as_slice()?;
         let lock = &self.core;
         let batch = py
@@ -692,7 +703,10 @@ impl PySampler {
 
     /// Moves the cursor to `step` (O(1)): resuming is a seek.
     fn seek(&self, step: u64) {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).seek(step);
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .seek(step);
     }
 
     /// The step the next `next()` returns.
@@ -784,7 +798,10 @@ fn read_bytes_at<'py>(
     let len = std::fs::metadata(&path)
         .map_err(|e| zerr(py, "StoreIOError", format!("{}: {e}", path.display())))?
         .len();
-    if offset.checked_add(nbytes as u64).is_none_or(|end| end > len) {
+    if offset
+        .checked_add(nbytes as u64)
+        .is_none_or(|end| end > len)
+    {
         return Err(PyValueError::new_err(format!(
             "{}: needs {nbytes} bytes at offset {offset}, the file holds {len}",
             path.display()
