@@ -85,11 +85,30 @@ pub trait TextFloat: Element + sealed::Sealed {
     /// Parses a number at the start of `s`; returns it and the bytes used.
     #[doc(hidden)]
     fn parse_prefix(s: &[u8]) -> Option<(Self, usize)>;
+    /// `±m / 10^frac` when it is exact by Clinger's fast path (the mantissa
+    /// and the power of ten are exact in `Self`, so one IEEE division gives
+    /// the correctly rounded result); `None` otherwise.
+    #[doc(hidden)]
+    fn from_decimal(m: u64, neg: bool, frac: usize) -> Option<Self>;
 }
+
+const POW10_F64: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+const POW10_F32: [f32; 11] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10];
 
 impl TextFloat for f32 {
     fn parse_prefix(s: &[u8]) -> Option<(Self, usize)> {
         fast_float2::parse_partial(s).ok()
+    }
+    #[inline]
+    fn from_decimal(m: u64, neg: bool, frac: usize) -> Option<Self> {
+        if m > 1 << 24 || frac >= POW10_F32.len() {
+            return None;
+        }
+        let v = m as f32 / POW10_F32[frac];
+        Some(if neg { -v } else { v })
     }
 }
 
@@ -97,6 +116,66 @@ impl TextFloat for f64 {
     fn parse_prefix(s: &[u8]) -> Option<(Self, usize)> {
         fast_float2::parse_partial(s).ok()
     }
+    #[inline]
+    fn from_decimal(m: u64, neg: bool, frac: usize) -> Option<Self> {
+        if m > 1 << 53 || frac >= POW10_F64.len() {
+            return None;
+        }
+        let v = m as f64 / POW10_F64[frac];
+        Some(if neg { -v } else { v })
+    }
+}
+
+/// Parses the common plain decimal (`-12.3456`) in one pass; anything else
+/// (exponents, more than 19 digits, nan/inf, inexact cases) returns `None`
+/// and goes to fast-float2.
+#[inline]
+fn parse_number<T: TextFloat>(s: &[u8]) -> Option<(T, usize)> {
+    #[inline]
+    fn fast<T: TextFloat>(s: &[u8]) -> Option<(T, usize)> {
+        let mut i = 0;
+        let neg = match s.first() {
+            Some(b'-') => {
+                i = 1;
+                true
+            }
+            Some(b'+') => {
+                i = 1;
+                false
+            }
+            _ => false,
+        };
+        let mut m: u64 = 0;
+        let mut digits = 0;
+        while let Some(&b) = s.get(i) {
+            let d = b.wrapping_sub(b'0');
+            if d >= 10 {
+                break;
+            }
+            m = m.wrapping_mul(10).wrapping_add(d as u64);
+            digits += 1;
+            i += 1;
+        }
+        let mut frac = 0;
+        if s.get(i) == Some(&b'.') {
+            i += 1;
+            while let Some(&b) = s.get(i) {
+                let d = b.wrapping_sub(b'0');
+                if d >= 10 {
+                    break;
+                }
+                m = m.wrapping_mul(10).wrapping_add(d as u64);
+                frac += 1;
+                i += 1;
+            }
+        }
+        digits += frac;
+        if digits == 0 || digits > 19 || matches!(s.get(i), Some(b'e' | b'E')) {
+            return None;
+        }
+        T::from_decimal(m, neg, frac).map(|v| (v, i))
+    }
+    fast(s).or_else(|| T::parse_prefix(s))
 }
 
 /// Loads a text file of numbers into a 2-D array (rows x columns).
@@ -112,7 +191,8 @@ pub fn loadtxt<T: TextFloat>(path: impl AsRef<Path>, opts: &LoadTxtOptions) -> R
     // treats the bytes as untrusted and never relies on them being stable
     // between reads (a change yields wrong numbers or an error, not UB in our
     // code), which is the usual contract of read-only file maps.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
+        .map_err(|e| Error::io(path, e))?;
     #[cfg(unix)]
     let _ = map.advise(memmap2::Advice::Sequential);
     load(path, &map, opts)
@@ -144,22 +224,27 @@ fn is_ws(b: u8) -> bool {
     b == b' ' || b == b'\t' || b == b'\r' || b == 0x0b || b == 0x0c
 }
 
-/// Index of the first `needle` in `hay`, eight bytes at a time.
+/// Index of the first `needle` in `hay`. Blocks of 32 bytes are compared
+/// into a bit mask, a loop shape the compiler turns into SIMD compares.
 #[inline]
 fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let pat = LO.wrapping_mul(needle as u64);
-    let mut i = 0;
-    while i + 8 <= hay.len() {
-        let w = u64::from_le_bytes(hay[i..i + 8].try_into().unwrap_or([0; 8])) ^ pat;
-        let z = w.wrapping_sub(LO) & !w & HI;
-        if z != 0 {
-            return Some(i + (z.trailing_zeros() / 8) as usize);
+    let mut blocks = hay.chunks_exact(32);
+    let mut base = 0;
+    for blk in &mut blocks {
+        let mut m: u32 = 0;
+        for (j, &b) in blk.iter().enumerate() {
+            m |= ((b == needle) as u32) << j;
         }
-        i += 8;
+        if m != 0 {
+            return Some(base + m.trailing_zeros() as usize);
+        }
+        base += 32;
     }
-    hay[i..].iter().position(|&b| b == needle).map(|p| p + i)
+    blocks
+        .remainder()
+        .iter()
+        .position(|&b| b == needle)
+        .map(|p| p + base)
 }
 
 /// The line starting at `pos`: (content end excluding `\r\n`, next line start).
@@ -238,7 +323,7 @@ fn parse_row<T: TextFloat>(
                 Some(m) => m[col],
             };
             match target {
-                Some(t) => match T::parse_prefix(&line[p..]) {
+                Some(t) => match parse_number::<T>(&line[p..]) {
                     Some((v, used))
                         if used > 0
                             && (p + used >= n || is_ws(line[p + used]) || is_end(p + used)) =>
@@ -284,7 +369,7 @@ fn parse_row<T: TextFloat>(
                     let parsed = if is_end(p) || line[p] == d {
                         None
                     } else {
-                        T::parse_prefix(&line[p..])
+                        parse_number::<T>(&line[p..])
                     };
                     let ok = match parsed {
                         Some((v, used)) if used > 0 => {

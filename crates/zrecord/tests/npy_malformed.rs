@@ -70,7 +70,8 @@ fn each_malformation_has_its_error() {
     latin[20] = 0xff;
     assert_eq!(problem(&latin), NpyHeaderProblem::Encoding("UTF-8"));
 
-    let cases: &[(&str, fn(&NpyHeaderProblem) -> bool)] = &[
+    type Check = fn(&NpyHeaderProblem) -> bool;
+    let cases: &[(&str, Check)] = &[
         ("{'fortran_order': False, 'shape': (2,)}", |p| {
             *p == NpyHeaderProblem::MissingKey("descr")
         }),

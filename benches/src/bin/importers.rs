@@ -1,0 +1,218 @@
+//! Importers benchmark: `zrecord::text::loadtxt` and `zrecord::npy::read`
+//! beside numpy.loadtxt, fast_loadtxt 0.1.0, pandas.read_csv (engine c) and
+//! numpy.load, in the same run, on the same (page-cached) files.
+//!
+//! ```text
+//! cargo run --release -p benches --bin importers [-- --quick] [--threads N]
+//! ```
+//!
+//! Files are generated once under target/bench-data/importers. The peers run
+//! from target/bench-venv (numpy, pandas, fast-loadtxt==0.1.0; create it with
+//! `python3 -m venv target/bench-venv && target/bench-venv/bin/pip install
+//! numpy pandas fast-loadtxt==0.1.0`), falling back to the reference venv's
+//! python (numpy only) when it is missing.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use ndarray::{Array2, ArrayD, IxDyn};
+use zrecord::text::{LoadTxtOptions, loadtxt};
+
+struct Splitmix(u64);
+impl Splitmix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Roughly normal (sum of uniforms), scaled.
+    fn value(&mut self) -> f64 {
+        let s: f64 = (0..4)
+            .map(|_| (self.next() >> 11) as f64 / (1u64 << 53) as f64)
+            .sum();
+        (s - 2.0) * 150.0
+    }
+}
+
+fn write_text(path: &Path, rows: usize, cols: usize, sep: &str) {
+    if path.exists() {
+        return;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp).unwrap());
+    let mut rng = Splitmix(rows as u64 * 31 + cols as u64);
+    for _ in 0..rows {
+        for c in 0..cols {
+            if c > 0 {
+                w.write_all(sep.as_bytes()).unwrap();
+            }
+            write!(w, "{:.6}", rng.value()).unwrap();
+        }
+        w.write_all(b"\n").unwrap();
+    }
+    w.flush().unwrap();
+    drop(w);
+    std::fs::rename(tmp, path).unwrap();
+}
+
+fn write_npy(path: &Path, elems: usize) {
+    if path.exists() {
+        return;
+    }
+    let mut rng = Splitmix(elems as u64);
+    let a = ArrayD::from_shape_simple_fn(IxDyn(&[elems / 1024, 1024]), || rng.value() as f32);
+    let tmp = path.with_extension("tmp");
+    zrecord::npy::write(&tmp, &a).unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
+fn best<T>(repeats: usize, mut f: impl FnMut() -> T) -> (f64, T) {
+    let mut t = f64::INFINITY;
+    let mut out = None;
+    for _ in 0..repeats {
+        let s = Instant::now();
+        let v = f();
+        t = t.min(s.elapsed().as_secs_f64());
+        out = Some(v);
+    }
+    (t, out.unwrap())
+}
+
+fn checksum(a: &Array2<f64>) -> f64 {
+    a.iter().filter(|x| !x.is_nan()).sum()
+}
+
+fn python(root: &Path) -> PathBuf {
+    let venv = root.join("target/bench-venv/bin/python");
+    if venv.exists() {
+        return venv;
+    }
+    let out = Command::new("bash")
+        .arg(root.join("scripts/ref-venv.sh"))
+        .output()
+        .expect("scripts/ref-venv.sh");
+    assert!(out.status.success(), "no python for the peers");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let threads: usize = args
+        .iter()
+        .position(|a| a == "--threads")
+        .and_then(|i| args.get(i + 1))
+        .map(|s| s.parse().expect("--threads N"))
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let (ws_rows, csv_rows, npy_elems, repeats) = if quick {
+        (200_000, 20_000, 32 << 20, 2)
+    } else {
+        (2_000_000, 200_000, 256 << 20, 3)
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = root.join("target/bench-data/importers");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ws = dir.join(format!("ws_{ws_rows}x8.txt"));
+    let csv = dir.join(format!("csv_{csv_rows}x100.csv"));
+    let npy = dir.join(format!("f32_{npy_elems}.npy"));
+    eprintln!("generating inputs (once) under {}", dir.display());
+    write_text(&ws, ws_rows, 8, " ");
+    write_text(&csv, csv_rows, 100, ",");
+    write_npy(&npy, npy_elems);
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len() as f64 / 1e6;
+    let (ws_mb, csv_mb, npy_mb) = (size(&ws), size(&csv), size(&npy));
+
+    // Ours.
+    let ws_opts = LoadTxtOptions {
+        threads,
+        ..Default::default()
+    };
+    let csv_opts = LoadTxtOptions {
+        delimiter: Some(b','),
+        threads,
+        ..Default::default()
+    };
+    let mut ours = HashMap::new();
+    let (t, a) = best(repeats, || loadtxt::<f64>(&ws, &ws_opts).unwrap());
+    assert_eq!(a.shape(), &[ws_rows, 8]);
+    ours.insert("ws", (t, checksum(&a)));
+    drop(a);
+    let (t, a) = best(repeats, || loadtxt::<f64>(&csv, &csv_opts).unwrap());
+    assert_eq!(a.shape(), &[csv_rows, 100]);
+    ours.insert("csv", (t, checksum(&a)));
+    drop(a);
+    let (t, a) = best(repeats, || zrecord::npy::read::<f32>(&npy).unwrap());
+    let s: f64 = a.iter().map(|&x| x as f64).sum();
+    ours.insert("npy", (t, s));
+    drop(a);
+
+    if args.iter().any(|a| a == "--no-peers") {
+        for (k, (t, _)) in &ours {
+            println!("{k}: {t:.4} s");
+        }
+        return;
+    }
+    // Peers, same files, same thread count.
+    let py = python(&root);
+    let script = root.join("benches/py/importers_peers.py");
+    let out = Command::new(&py)
+        .arg(&script)
+        .arg(threads.to_string())
+        .arg(if quick { "1" } else { "2" })
+        .args([&ws, &csv, &npy])
+        .env("OMP_NUM_THREADS", threads.to_string())
+        .output()
+        .expect("spawning the peer python");
+    if !out.status.success() {
+        panic!("peers failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let stdout = String::from_utf8(out.stdout).unwrap();
+
+    println!("importers bench: {threads} threads, best of {repeats}, files in page cache");
+    println!("python for peers: {}", py.display());
+    println!();
+    let mb = |tag: &str| match tag {
+        "ws" => ws_mb,
+        "csv" => csv_mb,
+        _ => npy_mb,
+    };
+    let label = |tag: &str| match tag {
+        "ws" => format!("loadtxt {ws_rows}x8 whitespace ({ws_mb:.0} MB)"),
+        "csv" => format!("loadtxt {csv_rows}x100 CSV ({csv_mb:.0} MB)"),
+        _ => format!(".npy read f32 ({npy_mb:.0} MB)"),
+    };
+    for tag in ["ws", "csv", "npy"] {
+        let (t, sum) = ours[tag];
+        println!("{}", label(tag));
+        println!(
+            "  {:<18} {:>9.1} MB/s  {:>8.3} s  (checksum {sum:.6e})",
+            "zrecord",
+            mb(tag) / t,
+            t
+        );
+        for line in stdout.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() != 4 || f[1] != tag {
+                continue;
+            }
+            if f[2] == "missing" {
+                println!("  {:<18} not installed", f[0]);
+                continue;
+            }
+            let pt: f64 = f[2].parse().unwrap();
+            println!(
+                "  {:<18} {:>9.1} MB/s  {:>8.3} s  zrecord is {:.2}x  (checksum {})",
+                f[0],
+                mb(tag) / pt,
+                pt,
+                pt / t,
+                f[3]
+            );
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Fuzzes the text parser with every option shape: the first bytes choose
+//! the delimiter, comment byte, skip_rows, usecols, max_rows and chunk size.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use zrecord::text::{LoadTxtOptions, loadtxt_bytes};
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 4 {
+        return;
+    }
+    let (cfg, text) = data.split_at(4);
+    let opts = LoadTxtOptions {
+        delimiter: (cfg[0] & 1 == 1).then_some(cfg[1]),
+        comments: (cfg[0] & 2 == 2).then_some(b'#'),
+        skip_rows: (cfg[0] >> 2 & 3) as usize,
+        usecols: (cfg[0] & 16 == 16).then(|| vec![(cfg[2] & 3) as usize]),
+        max_rows: (cfg[0] & 32 == 32).then_some((cfg[2] >> 2) as usize),
+        threads: 1,
+        chunk_bytes: 1 + (cfg[3] as usize),
+    };
+    let _ = loadtxt_bytes::<f64>(text, &opts);
+    let _ = loadtxt_bytes::<f32>(text, &opts);
+});
