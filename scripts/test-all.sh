@@ -22,3 +22,6 @@ cargo test --workspace --locked
 
 step "examples"
 cargo run --locked -q -p examples --bin quickstart
+
+step "python wheel (maturin) + pytest, with interop against loaderx 1.7.2"
+scripts/py-test.sh
