@@ -62,6 +62,7 @@ pub mod dense;
 pub mod dict;
 pub mod dtype;
 pub mod error;
+pub mod import;
 pub mod index;
 pub mod npy;
 pub mod ragged;
@@ -69,6 +70,7 @@ pub mod text;
 
 pub use dtype::{Bool, ByteOrder, Complex, DType, Element, Field, Identity, ScalarKind};
 pub use error::{Error, NpyHeaderProblem, Result};
+pub use import::Imported;
 mod store;
 
 pub use dense::{DenseCore, DenseStore};

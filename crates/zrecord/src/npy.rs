@@ -36,8 +36,11 @@ use std::path::Path;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn, ShapeBuilder};
 use rayon::prelude::*;
 
+use crate::dense::DenseCore;
 use crate::dtype::{DType, Element, Lit};
 use crate::error::{Error, NpyHeaderProblem, Result};
+use crate::import::{Imported, batch_rows_for};
+use zrecord_engine::CreateOptions;
 
 /// The six magic bytes every `.npy` starts with.
 pub const MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -865,6 +868,170 @@ pub fn read_blocks<T: Element>(
         out.extend(p?);
     }
     Ok(out)
+}
+
+/// Largest Fortran-order payload [`import_into`] accepts: such a file is
+/// read whole and transposed before its rows can be appended.
+pub const MAX_FORTRAN_IMPORT_BYTES: u64 = 256 << 20;
+
+/// Appends the rows of the `.npy` at `path` (one record per index of the
+/// leading axis) to `store`, in batches of at most `batch_rows` records
+/// (default: [`DEFAULT_BATCH_BYTES`](crate::import::DEFAULT_BATCH_BYTES)
+/// worth). A C-order payload is read batch by batch straight from the file,
+/// so memory is one batch whatever the file's size.
+///
+/// The store's item shape must equal the file's trailing dimensions, and its
+/// dtype must be the file's dtype as stored or, for a big-endian file, its
+/// native-order twin (each batch is then byte-swapped); a mismatch is an
+/// error naming both. The whole payload must be present before anything is
+/// appended, so a truncated file appends nothing. A Fortran-order file is
+/// read whole (its rows are interleaved across the payload), and refused
+/// with [`Error::FortranOrder`] above [`MAX_FORTRAN_IMPORT_BYTES`].
+/// A 0-d array has no rows and is refused.
+///
+/// ```
+/// use ndarray::{ArrayD, IxDyn};
+/// use zrecord::{Codec, CreateOptions, DenseCore, Element};
+/// let dir = tempfile::tempdir()?;
+/// let npy = dir.path().join("a.npy");
+/// zrecord::npy::write(&npy, &ArrayD::from_shape_fn(IxDyn(&[10, 3]), |i| (i[0] * 3 + i[1]) as i32))?;
+/// let store = DenseCore::create(dir.path().join("s"), &i32::dtype(), &[3], &CreateOptions::new(Codec::Raw))?;
+/// let done = zrecord::npy::import_into(&npy, &store, Some(4))?;
+/// assert_eq!((done.rows, done.batches), (10, 3));
+/// assert_eq!(store.len(), 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn import_into(
+    path: impl AsRef<Path>,
+    store: &DenseCore,
+    batch_rows: Option<usize>,
+) -> Result<Imported> {
+    let path = path.as_ref();
+    let (f, len) = open(path)?;
+    let h = header_from_file(path, &f, len)?;
+    let context = || {
+        format!(
+            "import of {} into {}",
+            path.display(),
+            store.path().display()
+        )
+    };
+    let swap = if *store.dtype() == h.dtype {
+        false
+    } else if *store.dtype() == h.dtype.to_native() {
+        true
+    } else {
+        return Err(Error::DTypeMismatch {
+            context: context(),
+            expected: store.dtype().to_string(),
+            found: h.dtype.to_string(),
+        });
+    };
+    let Some((&lead, rest)) = h.shape.split_first() else {
+        return Err(Error::ShapeMismatch {
+            context: context(),
+            expected: format!("(rows, *{:?})", store.item_shape()),
+            found: vec![],
+        });
+    };
+    if rest.len() != store.item_shape().len()
+        || rest
+            .iter()
+            .zip(store.item_shape())
+            .any(|(&a, &b)| a as u64 != b)
+    {
+        return Err(Error::ShapeMismatch {
+            context: context(),
+            expected: format!("(rows, *{:?})", store.item_shape()),
+            found: h.shape.iter().map(|&d| d as u64).collect(),
+        });
+    }
+    check_payload_present(path, &h, h.payload_bytes, len)?;
+    let record = store.record_bytes();
+    let step = batch_rows_for(batch_rows, record);
+    let mut done = Imported {
+        first: store.len(),
+        rows: 0,
+        batches: 0,
+    };
+    if lead == 0 {
+        return Ok(done);
+    }
+    if h.fortran_order && h.shape.len() > 1 {
+        if h.payload_bytes > MAX_FORTRAN_IMPORT_BYTES {
+            return Err(Error::FortranOrder {
+                path: path.to_path_buf(),
+                operation: "a store import of more than 256 MiB",
+            });
+        }
+        let mut data = vec![0u8; h.payload_bytes as usize];
+        read_payload(path, &f, &mut data, h.data_offset, h.payload_bytes)?;
+        let a = finish_untyped(h, data)?;
+        let data = if swap {
+            a.data
+        } else {
+            // finish_untyped converted to native order; the store keeps the
+            // file's order, so convert back (the swap is an involution).
+            let mut d = a.data;
+            store.dtype().swap_to_native(&mut d);
+            d
+        };
+        for batch in data.chunks(step.saturating_mul(record)) {
+            store.append_bytes(batch)?;
+            done.rows += (batch.len() / record) as u64;
+            done.batches += 1;
+        }
+        return Ok(done);
+    }
+    let mut buf = vec![0u8; step.min(lead) * record];
+    let mut row = 0usize;
+    while row < lead {
+        let n = step.min(lead - row);
+        let chunk = &mut buf[..n * record];
+        let off = h.data_offset + row as u64 * record as u64;
+        let got = read_at_most(path, &f, chunk, off)?;
+        if got < chunk.len() {
+            // The file shrank after the size check.
+            return Err(Error::NpyTruncated {
+                path: path.to_path_buf(),
+                expected: h.payload_bytes,
+                found: row as u64 * record as u64 + got as u64,
+            });
+        }
+        if swap {
+            h.dtype.swap_to_native(chunk);
+        }
+        store.append_bytes(chunk)?;
+        row += n;
+        done.rows += n as u64;
+        done.batches += 1;
+    }
+    Ok(done)
+}
+
+/// Creates a dense store at `store_path` with the `.npy`'s dtype (as
+/// stored, big-endian included) and trailing dimensions as item shape, and
+/// imports the file's rows into it with [`import_into`]. A 1-D file gives a
+/// store of scalars.
+pub fn import_to_store(
+    npy_path: impl AsRef<Path>,
+    store_path: impl AsRef<Path>,
+    opts: &CreateOptions,
+    batch_rows: Option<usize>,
+) -> Result<DenseCore> {
+    let npy_path = npy_path.as_ref();
+    let h = read_header(npy_path)?;
+    if h.shape.is_empty() {
+        return Err(Error::ShapeMismatch {
+            context: format!("import of {}", npy_path.display()),
+            expected: "at least one dimension (one record per row)".into(),
+            found: vec![],
+        });
+    }
+    let item: Vec<u64> = h.shape[1..].iter().map(|&d| d as u64).collect();
+    let store = DenseCore::create(store_path, &h.dtype, &item, opts)?;
+    import_into(npy_path, &store, batch_rows)?;
+    Ok(store)
 }
 
 /// The header bytes (preamble, dict, padding, newline) NumPy writes for this

@@ -36,8 +36,11 @@ use std::path::Path;
 use ndarray::Array2;
 use rayon::prelude::*;
 
+use crate::dense::DenseCore;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::import::{Imported, batch_rows_for};
+use zrecord_engine::CreateOptions;
 
 /// Options of [`loadtxt`]. `Default` gives NumPy's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,21 +184,34 @@ fn parse_number<T: TextFloat>(s: &[u8]) -> Option<(T, usize)> {
 /// Loads a text file of numbers into a 2-D array (rows x columns).
 pub fn loadtxt<T: TextFloat>(path: impl AsRef<Path>, opts: &LoadTxtOptions) -> Result<Array2<T>> {
     let path = path.as_ref();
+    match map_file(path, true)? {
+        Some(map) => load(path, &map, opts),
+        None => load(path, &[], opts),
+    }
+}
+
+/// Maps `path` read-only; `None` for an empty file (which cannot be mapped).
+/// `populate` pre-faults the whole map (a whole-file read wants it; a
+/// windowed import does not).
+fn map_file(path: &Path, populate: bool) -> Result<Option<memmap2::Mmap>> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     if len == 0 {
-        return load(path, &[], opts);
+        return Ok(None);
     }
     // SAFETY: the map is read-only and private to this call. Its contents
     // could change if another process modified the file meanwhile; the parser
     // treats the bytes as untrusted and never relies on them being stable
     // between reads (a change yields wrong numbers or an error, not UB in our
     // code), which is the usual contract of read-only file maps.
-    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
-        .map_err(|e| Error::io(path, e))?;
+    let mut mo = memmap2::MmapOptions::new();
+    if populate {
+        mo.populate();
+    }
+    let map = unsafe { mo.map(&file) }.map_err(|e| Error::io(path, e))?;
     #[cfg(unix)]
     let _ = map.advise(memmap2::Advice::Sequential);
-    load(path, &map, opts)
+    Ok(Some(map))
 }
 
 /// [`loadtxt`] over bytes already in memory (errors name `<memory>`).
@@ -440,7 +456,7 @@ fn row_error(
     }
 }
 
-fn load<T: TextFloat>(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Array2<T>> {
+fn check_options(opts: &LoadTxtOptions) -> Result<()> {
     if let Some(d) = opts.delimiter
         && (d == b'\n' || Some(d) == opts.comments)
     {
@@ -449,14 +465,25 @@ fn load<T: TextFloat>(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Resul
             d as char
         )));
     }
+    Ok(())
+}
+
+/// Runs `f` in a pool of `opts.threads` threads (the current pool when 0 or
+/// when it already has that many).
+fn in_pool<R: Send>(opts: &LoadTxtOptions, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     if opts.threads == 0 || opts.threads == rayon::current_num_threads() {
-        return load_in_pool(path, bytes, opts);
+        return f();
     }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.threads)
         .build()
         .map_err(|e| Error::invalid(format!("cannot start {} threads: {e}", opts.threads)))?;
-    pool.install(|| load_in_pool(path, bytes, opts))
+    pool.install(f)
+}
+
+fn load<T: TextFloat>(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Array2<T>> {
+    check_options(opts)?;
+    in_pool(opts, || load_in_pool(path, bytes, opts))
 }
 
 fn empty<T: TextFloat>(cols: usize) -> Array2<T> {
@@ -464,19 +491,39 @@ fn empty<T: TextFloat>(cols: usize) -> Array2<T> {
         .expect("an empty array has every shape with a zero")
 }
 
-fn load_in_pool<T: TextFloat>(
-    path: &Path,
-    bytes: &[u8],
-    opts: &LoadTxtOptions,
-) -> Result<Array2<T>> {
+/// Where the data starts and how its rows map to output columns.
+struct Layout {
+    /// Byte offset of the first data line after `skip_rows`.
+    first: usize,
+    /// Fields per data line (fixed by the first data line).
+    ncols: usize,
+    /// For each file column, its output position (usecols only).
+    col_map: Option<Vec<Option<usize>>>,
+    /// Output columns.
+    nout: usize,
+}
+
+impl Layout {
+    fn cfg(&self, opts: &LoadTxtOptions) -> Cfg<'_> {
+        Cfg {
+            delim: opts.delimiter,
+            comment: opts.comments,
+            ncols: self.ncols,
+            col_map: self.col_map.as_deref(),
+        }
+    }
+}
+
+/// Skips the header rows and reads the first data line; `None` when the
+/// text holds no data rows.
+fn layout(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Option<Layout>> {
     let end = bytes.len();
     let comment = opts.comments;
-    // Skip the header rows, then find the first data line: it fixes ncols.
     let mut pos = 0;
     let mut skipped = 0;
     let first = loop {
         if pos >= end {
-            return Ok(empty(0));
+            return Ok(None);
         }
         let (e, next) = line_at(bytes, pos, end);
         if is_data(&bytes[pos..e], comment) {
@@ -516,23 +563,66 @@ fn load_in_pool<T: TextFloat>(
         }
     };
     let nout = opts.usecols.as_ref().map_or(ncols, |c| c.len());
+    Ok(Some(Layout {
+        first,
+        ncols,
+        col_map,
+        nout,
+    }))
+}
+
+fn load_in_pool<T: TextFloat>(
+    path: &Path,
+    bytes: &[u8],
+    opts: &LoadTxtOptions,
+) -> Result<Array2<T>> {
+    let Some(lay) = layout(path, bytes, opts)? else {
+        return Ok(empty(0));
+    };
+    let nout = lay.nout;
     if opts.max_rows == Some(0) || nout == 0 {
         return Ok(empty(nout));
     }
-    let cfg = Cfg {
-        delim: opts.delimiter,
-        comment,
-        ncols,
-        col_map: col_map.as_deref(),
-    };
+    let cfg = lay.cfg(opts);
+    let mut out = Vec::new();
+    let max_rows = opts.max_rows.unwrap_or(usize::MAX);
+    let rows = parse_span(
+        path,
+        bytes,
+        (lay.first, bytes.len()),
+        &cfg,
+        nout,
+        max_rows,
+        opts.chunk_bytes,
+        &mut out,
+    )?;
+    Array2::from_shape_vec((rows, nout), out).map_err(|e| Error::invalid(e.to_string()))
+}
 
+/// Parses the data rows of `bytes[span.0..span.1]` (a span starting at a
+/// line start and ending at a line end or the text's end), at most
+/// `max_rows` of them, into `out` (replaced; `rows * nout` values).
+/// Returns the row count. Line numbers in errors count from `bytes[0]`.
+#[allow(clippy::too_many_arguments)]
+fn parse_span<T: TextFloat>(
+    path: &Path,
+    bytes: &[u8],
+    span: (usize, usize),
+    cfg: &Cfg,
+    nout: usize,
+    max_rows: usize,
+    chunk_bytes: usize,
+    out: &mut Vec<T>,
+) -> Result<usize> {
+    let (first, end) = span;
+    let comment = cfg.comment;
+    let ncols = cfg.ncols;
     // Cut [first, end) into chunks at line starts.
     let threads = rayon::current_num_threads().max(1);
-    let span = end - first;
-    let target = if opts.chunk_bytes > 0 {
-        opts.chunk_bytes
+    let target = if chunk_bytes > 0 {
+        chunk_bytes
     } else {
-        (span / (threads * 8)).clamp(1 << 16, 8 << 20)
+        ((end - first) / (threads * 8)).clamp(1 << 16, 8 << 20)
     };
     let mut bounds = vec![first];
     let mut at = first;
@@ -564,17 +654,18 @@ fn load_in_pool<T: TextFloat>(
         })
         .collect();
     let total: usize = counts.iter().sum();
-    let rows = opts.max_rows.map_or(total, |m| m.min(total));
+    let rows = total.min(max_rows);
     let len = rows.checked_mul(nout).ok_or_else(|| Error::Overflow {
         context: path.display().to_string(),
         detail: format!("{rows} rows x {nout} columns"),
     })?;
     // At most one value per two input bytes: justified by the input size.
-    let mut out: Vec<T> = bytemuck::zeroed_vec(len);
+    out.clear();
+    out.resize(len, T::zeroed());
 
     // Hand each chunk its rows of the output.
     let mut work = Vec::with_capacity(chunks.len());
-    let mut rest: &mut [T] = &mut out;
+    let mut rest: &mut [T] = out;
     let mut left = rows;
     for (&(s, e), &c) in chunks.iter().zip(&counts) {
         if left == 0 {
@@ -595,7 +686,7 @@ fn load_in_pool<T: TextFloat>(
             let (le, next) = line_at(bytes, p, e);
             let line = &bytes[p..le];
             if is_data(line, comment) {
-                parse_row(line, &cfg, &mut mine[r * nout..(r + 1) * nout])
+                parse_row(line, cfg, &mut mine[r * nout..(r + 1) * nout])
                     .map_err(|err| row_error(path, bytes, p, line, err, ncols))?;
                 r += 1;
             }
@@ -603,7 +694,157 @@ fn load_in_pool<T: TextFloat>(
         }
         Ok::<(), Error>(())
     })?;
-    Array2::from_shape_vec((rows, nout), out).map_err(|e| Error::invalid(e.to_string()))
+    Ok(rows)
+}
+
+/// Appends the rows of the text file at `path` to `store`, a dense store of
+/// `f64` or `f32` records shaped `[columns]` (the output columns:
+/// `usecols.len()` when set), in batches of at most `batch_rows` records
+/// (default: [`DEFAULT_BATCH_BYTES`](crate::import::DEFAULT_BATCH_BYTES)
+/// worth). The mapped file is parsed one window of lines at a time (a few
+/// MiB, or `threads x chunk_bytes x 2` when `opts.chunk_bytes` is set) by the
+/// same parallel parser as [`loadtxt`], so memory is one window of values
+/// whatever the file's size. Rows before an error stay appended.
+///
+/// ```
+/// use zrecord::{Codec, CreateOptions, DenseCore, Element};
+/// use zrecord::text::{import_into, LoadTxtOptions};
+/// let dir = tempfile::tempdir()?;
+/// let txt = dir.path().join("a.txt");
+/// std::fs::write(&txt, "1 2\n3 4\n5 6\n")?;
+/// let store = DenseCore::create(dir.path().join("s"), &f64::dtype(), &[2], &CreateOptions::new(Codec::Raw))?;
+/// let done = import_into(&txt, &store, &LoadTxtOptions::default(), Some(2))?;
+/// assert_eq!((done.rows, done.batches), (3, 2));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn import_into(
+    path: impl AsRef<Path>,
+    store: &DenseCore,
+    opts: &LoadTxtOptions,
+    batch_rows: Option<usize>,
+) -> Result<Imported> {
+    let path = path.as_ref();
+    check_options(opts)?;
+    let map = map_file(path, false)?;
+    let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+    if *store.dtype() == f64::dtype() {
+        in_pool(opts, || {
+            import_typed::<f64>(path, bytes, store, opts, batch_rows)
+        })
+    } else if *store.dtype() == f32::dtype() {
+        in_pool(opts, || {
+            import_typed::<f32>(path, bytes, store, opts, batch_rows)
+        })
+    } else {
+        Err(Error::DTypeMismatch {
+            context: format!(
+                "text import of {} into {}",
+                path.display(),
+                store.path().display()
+            ),
+            expected: format!("{} or {}", f64::dtype(), f32::dtype()),
+            found: store.dtype().to_string(),
+        })
+    }
+}
+
+/// Creates a dense store of `T` records shaped `[columns]` at `store_path`
+/// (the column count of the text's first data row, or `usecols.len()`) and
+/// imports the text's rows into it with [`import_into`]. A text without
+/// data rows is an error (it fixes no column count).
+pub fn import_to_store<T: TextFloat>(
+    txt_path: impl AsRef<Path>,
+    store_path: impl AsRef<Path>,
+    create: &CreateOptions,
+    opts: &LoadTxtOptions,
+    batch_rows: Option<usize>,
+) -> Result<DenseCore> {
+    let path = txt_path.as_ref();
+    check_options(opts)?;
+    let nout = {
+        let map = map_file(path, false)?;
+        let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+        match layout(path, bytes, opts)? {
+            Some(l) if l.nout > 0 => l.nout,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "{} holds no data columns to fix the store's item shape",
+                    path.display()
+                )));
+            }
+        }
+    };
+    let store = DenseCore::create(store_path, &T::dtype(), &[nout as u64], create)?;
+    import_into(path, &store, opts, batch_rows)?;
+    Ok(store)
+}
+
+fn import_typed<T: TextFloat>(
+    path: &Path,
+    bytes: &[u8],
+    store: &DenseCore,
+    opts: &LoadTxtOptions,
+    batch_rows: Option<usize>,
+) -> Result<Imported> {
+    let mut done = Imported {
+        first: store.len(),
+        rows: 0,
+        batches: 0,
+    };
+    let Some(lay) = layout(path, bytes, opts)? else {
+        return Ok(done);
+    };
+    if store.item_shape() != [lay.nout as u64] {
+        return Err(Error::ShapeMismatch {
+            context: format!(
+                "text import of {} (item shape = [output columns]) into {}",
+                path.display(),
+                store.path().display()
+            ),
+            expected: format!("{:?}", store.item_shape()),
+            found: vec![lay.nout as u64],
+        });
+    }
+    let cfg = lay.cfg(opts);
+    let nout = lay.nout;
+    let step = batch_rows_for(batch_rows, nout * std::mem::size_of::<T>());
+    let threads = rayon::current_num_threads().max(1);
+    let window = if opts.chunk_bytes > 0 {
+        opts.chunk_bytes.saturating_mul(threads).saturating_mul(2)
+    } else {
+        threads * (4 << 20)
+    };
+    let mut left = opts.max_rows.unwrap_or(usize::MAX);
+    let mut out: Vec<T> = Vec::new();
+    let end = bytes.len();
+    let mut at = lay.first;
+    while at < end && left > 0 {
+        let mut cut = at.saturating_add(window).min(end);
+        if cut < end {
+            cut = match find_byte(&bytes[cut..end], b'\n') {
+                Some(i) => cut + i + 1,
+                None => end,
+            };
+        }
+        let rows = parse_span(
+            path,
+            bytes,
+            (at, cut),
+            &cfg,
+            nout,
+            left,
+            opts.chunk_bytes,
+            &mut out,
+        )?;
+        for batch in out[..rows * nout].chunks(step.saturating_mul(nout)) {
+            store.append_bytes(bytemuck::cast_slice(batch))?;
+            done.rows += (batch.len() / nout) as u64;
+            done.batches += 1;
+        }
+        left -= rows;
+        at = cut;
+    }
+    Ok(done)
 }
 
 #[cfg(test)]
