@@ -196,7 +196,9 @@ pub enum Error {
     },
 
     /// A ragged record's payload length disagrees with its shape.
-    #[error("record {position} of the batch: shape {shape:?} of {itemsize}-byte items needs {expected:?} bytes (None: overflow), payload has {found}")]
+    #[error(
+        "record {position} of the batch: shape {shape:?} of {itemsize}-byte items needs {expected:?} bytes (None: overflow), payload has {found}"
+    )]
     RecordSize {
         /// Position of the record in the appended batch.
         position: usize,
