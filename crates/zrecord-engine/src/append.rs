@@ -1,5 +1,6 @@
 //! Append: compress in parallel, place at the frontier, write payloads, then
-//! loc entries, then the header (the commit), then publish in memory.
+//! loc entries, fsync them, then the header (the commit), then publish in
+//! memory.
 
 use crate::codec::Codec;
 use crate::engine::{Engine, Handle};
@@ -210,6 +211,33 @@ impl Engine {
                 .map_err(|e| self.poison(Error::io(&handle.path, "write", e)))?;
             idx += take;
             pos += bytes.len();
+        }
+
+        // Power-loss ordering: everything the new header names is durable
+        // before the header is written (one fsync per touched file, and one
+        // of the directory when the append created files). The header itself
+        // becomes durable at the next `sync()`; a crash before that shows
+        // this commit or an earlier one, never a header past durable bytes.
+        let mut touched: Vec<&Arc<Handle>> = vec![&tail_handle];
+        touched.extend(new_chunks.iter());
+        let first_seg = (first / seg) as usize;
+        let old_locs: Vec<Arc<Handle>> = if first_seg < nlocs {
+            self.read_state().locs[first_seg..].to_vec()
+        } else {
+            Vec::new()
+        };
+        touched.extend(old_locs.iter());
+        touched.extend(new_locs.iter());
+        for h in touched {
+            h.file
+                .sync()
+                .map_err(|e| self.poison(Error::io(&h.path, "sync", e)))?;
+        }
+        if !new_chunks.is_empty() || !new_locs.is_empty() {
+            self.cfg
+                .vfs
+                .sync_dir(&self.dir)
+                .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))?;
         }
 
         // The commit.

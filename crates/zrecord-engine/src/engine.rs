@@ -6,6 +6,7 @@ use crate::format::{
     self, CHUNK_CAPACITY, DICT_FILE, Header, LOC_SEGMENT_ENTRIES, LOC_SIZE, Loc, MAX_RECORD_LEN,
     META_FILE, META_SIZE,
 };
+use crate::intent::{INTENT_FILE, Intent};
 use crate::vfs::{Mapping, OpenFlags, RealVfs, StorageFile, Vfs};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -289,8 +290,56 @@ impl Engine {
         let mut hb = [0u8; META_SIZE];
         meta.read_at(&mut hb, 0)
             .map_err(|e| Error::io(&meta_path, "read", e))?;
-        let header =
+        let mut header =
             Header::decode(&hb).map_err(|e| Error::corrupted(&meta_path, e.to_string()))?;
+
+        // A pending intent: a delete or compaction move that a crash
+        // interrupted after it became durable. Its effect is applied below
+        // (in memory), and written back by a read-write handle.
+        let intent_path = dir.join(INTENT_FILE);
+        let has_intent = names.iter().any(|n| n == INTENT_FILE);
+        let intent = if has_intent {
+            let f = open(&intent_path)?;
+            let n = f.len().map_err(|e| Error::io(&intent_path, "stat", e))?;
+            let n = usize::try_from(n)
+                .map_err(|_| Error::corrupted(&intent_path, "intent too large"))?;
+            let mut b = vec![0u8; n];
+            f.read_at(&mut b, 0)
+                .map_err(|e| Error::io(&intent_path, "read", e))?;
+            Intent::decode(&b)
+        } else {
+            None
+        };
+        let mut overlay: std::collections::BTreeMap<u64, Loc> = Default::default();
+        match &intent {
+            Some(Intent::Delete { header: h, entries }) => {
+                if h.codec != header.codec {
+                    return Err(Error::corrupted(
+                        &intent_path,
+                        "the pending delete names another codec than meta.zr",
+                    ));
+                }
+                header = *h;
+                overlay.extend(entries.iter().copied());
+            }
+            Some(Intent::Move { .. }) if read_only => {
+                return Err(Error::RecoveryNeeded { path: dir });
+            }
+            Some(Intent::Move { index, loc, .. }) => {
+                overlay.insert(*index, *loc);
+            }
+            None => {}
+        }
+        if overlay
+            .keys()
+            .next_back()
+            .is_some_and(|&i| i >= header.length)
+        {
+            return Err(Error::corrupted(
+                &intent_path,
+                format!("names a record past the length {}", header.length),
+            ));
+        }
 
         // Dictionary: required by codec 2, refused by 0 and 1.
         let dict_path = dir.join(DICT_FILE);
@@ -424,8 +473,11 @@ impl Engine {
                     .read_at(bytes, done * LOC_SIZE as u64)
                     .map_err(|e| Error::io(&h.path, "read", e))?;
                 for (k, e) in bytes.chunks_exact(LOC_SIZE).enumerate() {
-                    let loc = Loc::decode(e.try_into().expect("16 bytes"));
                     let index = s as u64 * seg + done + k as u64;
+                    let loc = overlay
+                        .get(&index)
+                        .copied()
+                        .unwrap_or_else(|| Loc::decode(e.try_into().expect("16 bytes")));
                     check_entry(&loc, index, &header, &chunk_ends).map_err(|d| {
                         Error::corrupted(&h.path, format!("entry of record {index}: {d}"))
                     })?;
@@ -441,7 +493,7 @@ impl Engine {
             chunk_ends,
             locs,
         };
-        Ok(Engine {
+        let engine = Engine {
             dir,
             cfg,
             codec,
@@ -455,7 +507,14 @@ impl Engine {
             len: AtomicU64::new(length),
             append_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
-        })
+        };
+        if has_intent && !read_only {
+            if let Some(it) = &intent {
+                engine.apply_intent(it)?;
+            }
+            engine.clear_intent()?;
+        }
+        Ok(engine)
     }
 
     pub(crate) fn map_chunk(cfg: &EngineConfig, f: &dyn StorageFile) -> Option<Box<dyn Mapping>> {
@@ -581,7 +640,7 @@ impl Engine {
 }
 
 /// Validates one live entry against the committed frontier.
-fn check_entry(
+pub(crate) fn check_entry(
     loc: &Loc,
     _index: u64,
     header: &Header,

@@ -63,6 +63,13 @@ pub enum Error {
         /// The store directory.
         path: PathBuf,
     },
+    /// A read-only open found a compaction move that a crash interrupted;
+    /// only a read-write open can finish it.
+    #[error("store {path} needs recovery after a crash: open it read-write once")]
+    RecoveryNeeded {
+        /// The store directory.
+        path: PathBuf,
+    },
     /// A previous write or sync failed; the in-memory state may no longer
     /// match the disk, so the handle refuses further writes. Reopen the store.
     #[error("store {path}: a previous I/O error poisoned this handle; reopen the store")]

@@ -18,6 +18,7 @@
 //! - [`Codec`] and [`CreateOptions`]: raw, zstd (level 3), zstd with a
 //!   dictionary (level 19, [`train_dictionary`]).
 //! - [`typed_header`]: read/write of the typed layer's `store.zr`.
+//! - [`Engine::verify`] and [`VerifyReport`]: a full consistency check.
 //! - [`AlignedBuf`]: page-aligned destination buffers.
 //! - [`Error`]: every failure, naming the file, index or argument.
 //!
@@ -59,8 +60,12 @@ mod error;
 #[doc(hidden)]
 pub mod format;
 mod gather;
+mod intent;
 mod maintain;
+#[doc(hidden)]
+pub mod sim;
 pub mod typed_header;
+mod verify;
 #[doc(hidden)]
 pub mod vfs;
 
@@ -70,6 +75,7 @@ pub use engine::{Engine, OpenMode, Stats};
 #[doc(hidden)]
 pub use engine::{EngineConfig, ReadPath};
 pub use error::{Error, Result};
+pub use verify::VerifyReport;
 
 #[cfg(test)]
 mod tests {

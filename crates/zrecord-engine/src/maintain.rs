@@ -3,7 +3,10 @@
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::format::{self, Header, LOC_SIZE, Loc};
+use crate::intent::{INTENT_FILE, Intent};
+use crate::vfs::OpenFlags;
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
 impl Engine {
@@ -11,8 +14,9 @@ impl Engine {
     /// filled by the last live record, in descending index order, so live
     /// records stay exactly `0..len`. Survivors may change index.
     ///
-    /// Not crash-atomic yet: the swapped entries are written before the new
-    /// length (see `docs/format.md`).
+    /// Atomic: the swapped entries and the new length are written as one
+    /// intent first (see `docs/format.md`), so a crash leaves the store as it
+    /// was before or after the delete, never in between. Durable on return.
     pub fn delete(&mut self, indices: &[u64]) -> Result<()> {
         self.delete_groups(indices, 1)
     }
@@ -68,43 +72,27 @@ impl Engine {
         let new_len = live * k;
         overlay.retain(|&slot, _| slot < new_len);
 
-        // Write the changed entries (coalescing runs), then the header.
-        let seg = self.cfg.loc_segment_entries;
-        let mut run: Vec<u8> = Vec::new();
-        let mut run_start = 0u64;
-        let mut prev: Option<u64> = None;
-        let flush = |start: u64, bytes: &[u8]| -> Result<()> {
-            if bytes.is_empty() {
-                return Ok(());
-            }
-            let h = &st.locs[(start / seg) as usize];
-            h.file
-                .write_at(bytes, (start % seg) * LOC_SIZE as u64)
-                .map_err(|e| {
-                    self.poisoned.store(true, Ordering::Release);
-                    Error::io(&h.path, "write", e)
-                })
-        };
-        for (&slot, loc) in &overlay {
-            let contiguous = prev.is_some_and(|p| p + 1 == slot && slot % seg != 0);
-            if !contiguous {
-                flush(run_start, &run)?;
-                run.clear();
-                run_start = slot;
-            }
-            run.extend_from_slice(&loc.encode());
-            prev = Some(slot);
-        }
-        flush(run_start, &run)?;
         let header = Header {
             length: new_len,
             ..st.header
         };
-        self.meta.file.write_at(&header.encode(), 0).map_err(|e| {
-            self.poisoned.store(true, Ordering::Release);
-            Error::io(&self.meta.path, "write", e)
-        })?;
-
+        let entries: Vec<(u64, Loc)> = overlay.iter().map(|(&i, &l)| (i, l)).collect();
+        if entries.is_empty() {
+            // Only the length shrinks: one atomic header write. It is made
+            // durable at once, because the next append rewrites the entries
+            // past the new length that the old header still names.
+            self.write_header(&header)?;
+            self.meta
+                .file
+                .sync()
+                .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))?;
+        } else {
+            let it = Intent::Delete { header, entries };
+            self.write_intent(&it)?;
+            self.apply_intent(&it)?;
+            self.clear_intent()?;
+        }
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         for (slot, loc) in overlay {
             st.table[slot as usize] = loc;
         }
@@ -138,6 +126,12 @@ impl Engine {
             e
         };
         let loc_path = |i: u64| dir.join(format::loc_name(i / seg));
+        // The header of the records about to move becomes durable first, so
+        // a move intent never names a record past the durable length.
+        self.meta
+            .file
+            .sync()
+            .map_err(|e| poison(Error::io(&self.meta.path, "sync", e)))?;
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
 
         // Physical order; overlapping entries make the store unsafe to move.
@@ -162,6 +156,45 @@ impl Engine {
         // Packed end of every chunk before the final one.
         let mut packed_ends: Vec<u64> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
+        // The current batch: sources of moves whose new entries are not yet
+        // durable (their durable entries still point there), and the files
+        // it wrote. A destination never overlaps a pending source: the batch
+        // is made durable first (one fsync round per batch, not per record).
+        let mut pending: Vec<(u32, u64, u64)> = Vec::new();
+        let mut dirty_chunks: BTreeSet<usize> = BTreeSet::new();
+        // Entries of the batch, written only once its bytes are durable: an
+        // entry must never reach the disk before the bytes it points to.
+        let mut deferred: Vec<(u64, Loc)> = Vec::new();
+        let flush = |st: &crate::engine::State,
+                     pending: &mut Vec<(u32, u64, u64)>,
+                     deferred: &mut Vec<(u64, Loc)>,
+                     dc: &mut BTreeSet<usize>|
+         -> Result<()> {
+            for &c in dc.iter() {
+                let h = &st.chunks[c];
+                h.file
+                    .sync()
+                    .map_err(|e| poison(Error::io(&h.path, "sync", e)))?;
+            }
+            let mut dl = BTreeSet::new();
+            for (i, l) in deferred.iter() {
+                let h = &st.locs[(i / seg) as usize];
+                h.file
+                    .write_at(&l.encode(), (i % seg) * LOC_SIZE as u64)
+                    .map_err(|e| poison(Error::io(&h.path, "write", e)))?;
+                dl.insert((i / seg) as usize);
+            }
+            for &s in dl.iter() {
+                let h = &st.locs[s];
+                h.file
+                    .sync()
+                    .map_err(|e| poison(Error::io(&h.path, "sync", e)))?;
+            }
+            pending.clear();
+            deferred.clear();
+            dc.clear();
+            Ok(())
+        };
         for &i in &order {
             let loc = st.table[i as usize];
             let phys = u64::from(loc.phys_length);
@@ -173,6 +206,7 @@ impl Engine {
             }
             if (c, o) != (loc.chunk_id, u64::from(loc.offset)) {
                 if moves == max_moves {
+                    flush(st, &mut pending, &mut deferred, &mut dirty_chunks)?;
                     return Ok(false);
                 }
                 let src = &st.chunks[loc.chunk_id as usize];
@@ -180,19 +214,51 @@ impl Engine {
                 src.file
                     .read_at(&mut buf, u64::from(loc.offset))
                     .map_err(|e| poison(Error::io(&src.path, "read", e)))?;
-                let dst = &st.chunks[c as usize];
-                dst.file
-                    .write_at(&buf, o)
-                    .map_err(|e| poison(Error::io(&dst.path, "write", e)))?;
+                let (dst_s, dst_e) = (o, o + phys);
+                if pending
+                    .iter()
+                    .any(|&(pc, ps, pe)| pc == c && ps < dst_e && dst_s < pe)
+                {
+                    flush(st, &mut pending, &mut deferred, &mut dirty_chunks)?;
+                }
                 let new = Loc {
                     offset: o as u32,
                     chunk_id: c,
                     ..loc
                 };
+                let self_overlap = c == loc.chunk_id && dst_e > u64::from(loc.offset);
+                let dst = &st.chunks[c as usize];
                 let h = &st.locs[(i / seg) as usize];
-                h.file
-                    .write_at(&new.encode(), (i % seg) * LOC_SIZE as u64)
-                    .map_err(|e| poison(Error::io(&h.path, "write", e)))?;
+                if self_overlap {
+                    // The destination overwrites the record's own durable
+                    // bytes: go through an intent (bytes + new entry).
+                    let it = Intent::Move {
+                        index: i,
+                        loc: new,
+                        bytes: buf.clone(),
+                    };
+                    write_intent_file(&*vfs, &dir, &it).map_err(poison)?;
+                    dst.file
+                        .write_at(&buf, o)
+                        .and_then(|_| dst.file.sync())
+                        .map_err(|e| poison(Error::io(&dst.path, "write", e)))?;
+                    h.file
+                        .write_at(&new.encode(), (i % seg) * LOC_SIZE as u64)
+                        .and_then(|_| h.file.sync())
+                        .map_err(|e| poison(Error::io(&h.path, "write", e)))?;
+                    let p = dir.join(INTENT_FILE);
+                    vfs.remove(&p)
+                        .map_err(|e| poison(Error::io(&p, "remove", e)))?;
+                    vfs.sync_dir(&dir)
+                        .map_err(|e| poison(Error::io(&dir, "sync directory", e)))?;
+                } else {
+                    dst.file
+                        .write_at(&buf, o)
+                        .map_err(|e| poison(Error::io(&dst.path, "write", e)))?;
+                    deferred.push((i, new));
+                    pending.push((loc.chunk_id, u64::from(loc.offset), loc.end()));
+                    dirty_chunks.insert(c as usize);
+                }
                 st.table[i as usize] = new;
                 let end = &mut st.chunk_ends[c as usize];
                 *end = (*end).max(o + phys);
@@ -210,11 +276,7 @@ impl Engine {
         }
 
         // Moved bytes and entries durable before the header shrinks the frontier.
-        for h in st.chunks.iter().chain(st.locs.iter()) {
-            h.file
-                .sync()
-                .map_err(|e| poison(Error::io(&h.path, "sync", e)))?;
-        }
+        flush(st, &mut pending, &mut deferred, &mut dirty_chunks)?;
         let header = Header {
             tail_chunk: chunk,
             tail_offset: off as u32,
@@ -283,4 +345,89 @@ impl Engine {
             .map_err(|e| poison(Error::io(&dir, "sync directory", e)))?;
         Ok(true)
     }
+}
+
+impl Engine {
+    /// Writes `intent.zr` and makes it and its directory entry durable.
+    pub(crate) fn write_intent(&self, it: &Intent) -> Result<()> {
+        write_intent_file(&*self.cfg.vfs, &self.dir, it).map_err(|e| self.poison(e))
+    }
+
+    /// Removes `intent.zr`, durably (a stale intent must never replay over
+    /// later operations).
+    pub(crate) fn clear_intent(&self) -> Result<()> {
+        let p = self.dir.join(INTENT_FILE);
+        let vfs = &self.cfg.vfs;
+        vfs.remove(&p)
+            .map_err(|e| self.poison(Error::io(&p, "remove", e)))?;
+        vfs.sync_dir(&self.dir)
+            .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))
+    }
+
+    /// Writes an intent's effect to its files and makes it durable. Does not
+    /// touch the in-memory table (the caller, or open, has it already).
+    pub(crate) fn apply_intent(&self, it: &Intent) -> Result<()> {
+        let st = self.read_state();
+        let seg = self.cfg.loc_segment_entries;
+        let io = |h: &crate::engine::Handle, op: &'static str, r: std::io::Result<()>| {
+            r.map_err(|e| self.poison(Error::io(&h.path, op, e)))
+        };
+        let seg_of = |i: u64| -> Result<&crate::engine::Handle> {
+            st.locs
+                .get((i / seg) as usize)
+                .map(|h| &**h)
+                .ok_or_else(|| Error::corrupted(self.loc_path(i), "intent names a missing segment"))
+        };
+        match it {
+            Intent::Delete { header, entries } => {
+                let mut touched = BTreeSet::new();
+                for (i, l) in entries {
+                    let h = seg_of(*i)?;
+                    io(
+                        h,
+                        "write",
+                        h.file.write_at(&l.encode(), (i % seg) * LOC_SIZE as u64),
+                    )?;
+                    touched.insert(i / seg);
+                }
+                for s in touched {
+                    let h = &st.locs[s as usize];
+                    io(h, "sync", h.file.sync())?;
+                }
+                self.write_header(header)?;
+            }
+            Intent::Move { index, loc, bytes } => {
+                let c = st.chunks.get(loc.chunk_id as usize).ok_or_else(|| {
+                    Error::corrupted(self.loc_path(*index), "intent names a missing chunk")
+                })?;
+                io(c, "write", c.file.write_at(bytes, u64::from(loc.offset)))?;
+                io(c, "sync", c.file.sync())?;
+                let h = seg_of(*index)?;
+                io(
+                    h,
+                    "write",
+                    h.file
+                        .write_at(&loc.encode(), (index % seg) * LOC_SIZE as u64),
+                )?;
+                io(h, "sync", h.file.sync())?;
+            }
+        }
+        self.meta
+            .file
+            .sync()
+            .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))
+    }
+}
+
+/// Writes `intent.zr` and makes it and its directory entry durable.
+fn write_intent_file(vfs: &dyn crate::vfs::Vfs, dir: &std::path::Path, it: &Intent) -> Result<()> {
+    let p = dir.join(INTENT_FILE);
+    let f = vfs
+        .open(&p, OpenFlags::CreateTruncate)
+        .map_err(|e| Error::io(&p, "create", e))?;
+    f.write_at(&it.encode(), 0)
+        .and_then(|_| f.sync())
+        .map_err(|e| Error::io(&p, "write", e))?;
+    vfs.sync_dir(dir)
+        .map_err(|e| Error::io(dir, "sync directory", e))
 }

@@ -109,3 +109,4 @@ pub fn count_files(dir: &Path, ext: &str) -> usize {
         })
         .count()
 }
+pub mod workload;

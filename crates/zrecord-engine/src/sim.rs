@@ -1,0 +1,493 @@
+//! A simulated, in-memory file system for crash and fault tests.
+//!
+//! [`SimVfs`] keeps, per file, the bytes that are durable (synced) apart from
+//! the writes issued since the last `sync`, and, per directory, the entries
+//! made durable by `sync_dir` apart from later creations, removals and
+//! renames. It can:
+//!
+//! - record a [`Snapshot`] before every mutating call (a crash point), from
+//!   which [`Snapshot::crash_image`] builds the disk a power cut could leave:
+//!   each unsynced write kept, dropped, or torn at 512-byte sectors (writes
+//!   inside one sector are atomic), and a prefix of the unsynced directory
+//!   operations applied;
+//! - fail the Nth I/O call with an injected error ([`SimVfs::fail_at`]).
+//!
+//! It never maps files, so every read goes through the trait.
+
+use crate::vfs::{OpenFlags, StorageFile, Vfs};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Sector size for tearing: a write within one sector is atomic.
+pub const SECTOR: u64 = 512;
+
+#[derive(Clone, Debug)]
+enum Pending {
+    Write { off: u64, data: Vec<u8> },
+    SetLen(u64),
+}
+
+#[derive(Clone, Debug, Default)]
+struct Node {
+    durable: Vec<u8>,
+    current: Vec<u8>,
+    pending: Vec<Pending>,
+}
+
+#[derive(Clone, Debug)]
+enum DirOp {
+    Link(PathBuf, usize),
+    Unlink(PathBuf),
+}
+
+#[derive(Clone, Debug, Default)]
+struct State {
+    nodes: Vec<Node>,
+    dir: BTreeMap<PathBuf, usize>,
+    durable_dir: BTreeMap<PathBuf, usize>,
+    dir_log: Vec<DirOp>,
+    dirs: std::collections::BTreeSet<PathBuf>,
+    calls: u64,
+    fail_at: Option<u64>,
+    record: bool,
+    snapshots: Vec<Snapshot>,
+}
+
+/// The disk at one crash point: durable bytes plus the unsynced operations.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    dirs: std::collections::BTreeSet<PathBuf>,
+    nodes: Vec<Node>,
+    durable_dir: BTreeMap<PathBuf, usize>,
+    dir_log: Vec<DirOp>,
+}
+
+/// A small deterministic generator (splitmix64).
+#[derive(Clone, Debug)]
+pub struct SimRng(pub u64);
+
+impl SimRng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+fn apply(buf: &mut Vec<u8>, op: &Pending) {
+    match op {
+        Pending::Write { off, data } => {
+            let off = *off as usize;
+            if buf.len() < off + data.len() {
+                buf.resize(off + data.len(), 0);
+            }
+            buf[off..off + data.len()].copy_from_slice(data);
+        }
+        Pending::SetLen(n) => buf.resize(*n as usize, 0),
+    }
+}
+
+impl Snapshot {
+    /// The disk a power cut at this point could leave. `seed` 0 drops every
+    /// unsynced operation, 1 keeps them all, others choose per operation
+    /// (keep, drop, or tear a multi-sector write) and a prefix of the
+    /// directory operations.
+    pub fn crash_image(&self, seed: u64) -> SimVfs {
+        let mut rng = SimRng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED);
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for n in &self.nodes {
+            let mut b = n.durable.clone();
+            for op in &n.pending {
+                match seed {
+                    0 => {}
+                    1 => apply(&mut b, op),
+                    _ => match (rng.below(3), op) {
+                        (0, _) => {}
+                        (1, _) => apply(&mut b, op),
+                        (_, Pending::Write { off, data }) => {
+                            // Tear: each touched sector lands or not.
+                            let end = off + data.len() as u64;
+                            let mut s = *off;
+                            while s < end {
+                                let e = ((s / SECTOR + 1) * SECTOR).min(end);
+                                if rng.below(2) == 0 {
+                                    let piece = Pending::Write {
+                                        off: s,
+                                        data: data[(s - off) as usize..(e - off) as usize].to_vec(),
+                                    };
+                                    apply(&mut b, &piece);
+                                }
+                                s = e;
+                            }
+                        }
+                        (_, op) => apply(&mut b, op),
+                    },
+                }
+            }
+            nodes.push(Node {
+                durable: b.clone(),
+                current: b,
+                pending: Vec::new(),
+            });
+        }
+        let keep = match seed {
+            0 => 0,
+            1 => self.dir_log.len(),
+            _ => rng.below(self.dir_log.len() as u64 + 1) as usize,
+        };
+        let mut dir = self.durable_dir.clone();
+        for op in &self.dir_log[..keep] {
+            match op {
+                DirOp::Link(p, id) => {
+                    dir.insert(p.clone(), *id);
+                }
+                DirOp::Unlink(p) => {
+                    dir.remove(p);
+                }
+            }
+        }
+        SimVfs::from_state(State {
+            nodes,
+            dirs: self.dirs.clone(),
+            durable_dir: dir.clone(),
+            dir,
+            ..State::default()
+        })
+    }
+
+    /// Whether a file of this name exists at this point (durably or not).
+    pub fn has_file(&self, path: &Path) -> bool {
+        let mut here = self.durable_dir.contains_key(path);
+        for op in &self.dir_log {
+            match op {
+                DirOp::Link(p, _) if p == path => here = true,
+                DirOp::Unlink(p) if p == path => here = false,
+                _ => {}
+            }
+        }
+        here
+    }
+
+    /// Unsynced operations at this point (a crash here can lose them).
+    pub fn pending_ops(&self) -> usize {
+        self.nodes.iter().map(|n| n.pending.len()).sum::<usize>() + self.dir_log.len()
+    }
+}
+
+/// The simulated file system; clones share the same disk.
+#[derive(Clone, Debug, Default)]
+pub struct SimVfs {
+    state: Arc<Mutex<State>>,
+}
+
+impl SimVfs {
+    /// An empty disk.
+    pub fn new() -> SimVfs {
+        SimVfs::default()
+    }
+
+    fn from_state(s: State) -> SimVfs {
+        SimVfs {
+            state: Arc::new(Mutex::new(s)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fails the `n`th I/O call from now (0-based) and only it; `None` clears.
+    pub fn fail_at(&self, n: Option<u64>) {
+        let mut s = self.lock();
+        s.fail_at = n.map(|n| s.calls + n);
+    }
+
+    /// I/O calls made so far.
+    pub fn calls(&self) -> u64 {
+        self.lock().calls
+    }
+
+    /// Starts or stops recording a snapshot before every mutating call.
+    pub fn record(&self, on: bool) {
+        self.lock().record = on;
+    }
+
+    /// Takes the snapshots recorded so far.
+    pub fn take_snapshots(&self) -> Vec<Snapshot> {
+        std::mem::take(&mut self.lock().snapshots)
+    }
+
+    /// Snapshots recorded so far (not taken).
+    pub fn snapshot_count(&self) -> usize {
+        self.lock().snapshots.len()
+    }
+
+    /// The disk as it is now (including unsynced operations).
+    pub fn snapshot(&self) -> Snapshot {
+        snap(&self.lock())
+    }
+
+    /// The current content of a file (`None` if absent).
+    pub fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
+        let s = self.lock();
+        s.dir.get(path).map(|&id| s.nodes[id].current.clone())
+    }
+
+    /// Replaces a file's content, durably (for hostile-bytes tests).
+    pub fn write_file(&self, path: &Path, data: &[u8]) {
+        let mut s = self.lock();
+        let id = match s.dir.get(path) {
+            Some(&id) => id,
+            None => {
+                s.nodes.push(Node::default());
+                let id = s.nodes.len() - 1;
+                s.dir.insert(path.to_path_buf(), id);
+                s.durable_dir.insert(path.to_path_buf(), id);
+                id
+            }
+        };
+        let n = &mut s.nodes[id];
+        n.current = data.to_vec();
+        n.durable = data.to_vec();
+        n.pending.clear();
+    }
+
+    /// A copy of the disk as it is now, sharing nothing with this one.
+    pub fn fork(&self) -> SimVfs {
+        let s = self.lock();
+        SimVfs::from_state(State {
+            dirs: s.dirs.clone(),
+            nodes: s.nodes.clone(),
+            dir: s.dir.clone(),
+            durable_dir: s.durable_dir.clone(),
+            dir_log: s.dir_log.clone(),
+            ..State::default()
+        })
+    }
+}
+
+fn snap(s: &State) -> Snapshot {
+    Snapshot {
+        dirs: s.dirs.clone(),
+        nodes: s.nodes.clone(),
+        durable_dir: s.durable_dir.clone(),
+        dir_log: s.dir_log.clone(),
+    }
+}
+
+/// Counts a call; fails it if it is the injected one; snapshots mutations.
+fn enter(s: &mut State, mutating: bool) -> io::Result<()> {
+    let n = s.calls;
+    s.calls += 1;
+    if s.fail_at == Some(n) {
+        return Err(io::Error::other(format!(
+            "injected failure of I/O call {n}"
+        )));
+    }
+    if mutating && s.record {
+        let sn = snap(s);
+        s.snapshots.push(sn);
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+struct SimFile {
+    vfs: SimVfs,
+    node: usize,
+}
+
+impl StorageFile for SimFile {
+    fn len(&self) -> io::Result<u64> {
+        let mut s = self.vfs.lock();
+        enter(&mut s, false)?;
+        Ok(s.nodes[self.node].current.len() as u64)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let mut s = self.vfs.lock();
+        enter(&mut s, false)?;
+        let c = &s.nodes[self.node].current;
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= c.len() as u64)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "short file"))?;
+        buf.copy_from_slice(&c[offset as usize..end as usize]);
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let mut s = self.vfs.lock();
+        enter(&mut s, true)?;
+        let op = Pending::Write {
+            off: offset,
+            data: buf.to_vec(),
+        };
+        let n = &mut s.nodes[self.node];
+        apply(&mut n.current, &op);
+        n.pending.push(op);
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut s = self.vfs.lock();
+        enter(&mut s, true)?;
+        let op = Pending::SetLen(len);
+        let n = &mut s.nodes[self.node];
+        apply(&mut n.current, &op);
+        n.pending.push(op);
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        let mut s = self.vfs.lock();
+        enter(&mut s, true)?;
+        let n = &mut s.nodes[self.node];
+        n.durable = n.current.clone();
+        n.pending.clear();
+        Ok(())
+    }
+
+    fn try_lock(&self, _exclusive: bool) -> io::Result<bool> {
+        Ok(true)
+    }
+}
+
+impl Vfs for SimVfs {
+    fn open(&self, path: &Path, flags: OpenFlags) -> io::Result<Box<dyn StorageFile>> {
+        let creating = !matches!(flags, OpenFlags::Read | OpenFlags::ReadWrite);
+        let mut s = self.lock();
+        enter(&mut s, creating)?;
+        let node = match (s.dir.get(path).copied(), flags) {
+            (Some(_), OpenFlags::CreateNew) => {
+                return Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists"));
+            }
+            (Some(id), OpenFlags::CreateTruncate) => {
+                let op = Pending::SetLen(0);
+                let n = &mut s.nodes[id];
+                apply(&mut n.current, &op);
+                n.pending.push(op);
+                id
+            }
+            (Some(id), _) => id,
+            (None, OpenFlags::Read | OpenFlags::ReadWrite) => {
+                return Err(io::Error::new(io::ErrorKind::NotFound, "no such file"));
+            }
+            (None, _) => {
+                s.nodes.push(Node::default());
+                let id = s.nodes.len() - 1;
+                s.dir.insert(path.to_path_buf(), id);
+                s.dir_log.push(DirOp::Link(path.to_path_buf(), id));
+                id
+            }
+        };
+        Ok(Box::new(SimFile {
+            vfs: self.clone(),
+            node,
+        }))
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        let mut s = self.lock();
+        enter(&mut s, false)?;
+        Ok(s.dir.contains_key(path))
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut s = self.lock();
+        enter(&mut s, true)?;
+        if s.dir.remove(path).is_none() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no such file"));
+        }
+        s.dir_log.push(DirOp::Unlink(path.to_path_buf()));
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut s = self.lock();
+        enter(&mut s, true)?;
+        let id = s
+            .dir
+            .remove(from)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
+        s.dir.insert(to.to_path_buf(), id);
+        s.dir_log.push(DirOp::Unlink(from.to_path_buf()));
+        s.dir_log.push(DirOp::Link(to.to_path_buf(), id));
+        Ok(())
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut s = self.lock();
+        enter(&mut s, false)?;
+        let names: Vec<String> = s
+            .dir
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        if names.is_empty() && !s.dirs.contains(dir) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no such directory"));
+        }
+        Ok(names)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut s = self.lock();
+        enter(&mut s, false)?;
+        s.dirs.insert(dir.to_path_buf());
+        Ok(())
+    }
+
+    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        let mut s = self.lock();
+        enter(&mut s, true)?;
+        s.durable_dir = s.dir.clone();
+        s.dir_log.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsynced_writes_can_be_lost_synced_ones_cannot() {
+        let v = SimVfs::new();
+        let p = Path::new("/d/f");
+        let f = v.open(p, OpenFlags::CreateNew).unwrap();
+        f.write_at(b"abc", 0).unwrap();
+        f.sync().unwrap();
+        v.sync_dir(Path::new("/d")).unwrap();
+        f.write_at(b"XY", 1).unwrap();
+        let sn = v.snapshot();
+        assert_eq!(sn.crash_image(0).read_file(p).unwrap(), b"abc");
+        assert_eq!(sn.crash_image(1).read_file(p).unwrap(), b"aXY");
+        // A file whose creation was not made durable may vanish.
+        v.open(Path::new("/d/g"), OpenFlags::CreateNew).unwrap();
+        assert!(
+            v.snapshot()
+                .crash_image(0)
+                .read_file(Path::new("/d/g"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn injected_failure_hits_exactly_one_call() {
+        let v = SimVfs::new();
+        v.fail_at(Some(1));
+        let f = v.open(Path::new("/d/f"), OpenFlags::Create).unwrap();
+        assert!(f.write_at(b"a", 0).is_err());
+        f.write_at(b"a", 0).unwrap();
+    }
+}
