@@ -318,7 +318,9 @@ impl Engine {
                 .map_err(|e| poison(Error::io(&p, "remove", e)))?;
         }
         // Stray segments past those opened (left by an earlier failure).
-        let names = vfs.list_dir(&dir).map_err(|e| Error::io(&dir, "list", e))?;
+        let names = vfs
+            .list_dir(&dir)
+            .map_err(|e| poison(Error::io(&dir, "list", e)))?;
         for n in names {
             if let Some(s) = format::parse_numbered(&n, "loc")
                 && s >= nseg as u64
