@@ -288,6 +288,137 @@ fn is_data(line: &[u8], comment: Option<u8>) -> bool {
     false
 }
 
+/// Data rows in `text` (which starts at a line start): lines holding a
+/// byte that is neither whitespace nor in a comment. One branch-free pass.
+fn count_rows(text: &[u8], comment: Option<u8>) -> usize {
+    // Without a comment byte, `\n` stands in: it never opens a comment
+    // because a newline also closes one.
+    let c = comment.unwrap_or(b'\n');
+    let (mut rows, mut has, mut in_comment) = (0usize, false, false);
+    for &b in text {
+        let nl = b == b'\n';
+        in_comment = (in_comment | (b == c)) & !nl;
+        has |= !(is_ws(b) | nl | in_comment);
+        rows += (nl & has) as usize;
+        has &= !nl;
+    }
+    rows + has as usize
+}
+
+/// [`count_rows`] for the common text: when no comment byte occurs and no
+/// line is blank or whitespace-only (no newline directly after whitespace,
+/// a newline, or the start), every line is a data row, so the count is the
+/// newlines' (plus a last unterminated data line). Those checks are plain
+/// byte counts the compiler vectorises; any doubt falls back to the exact
+/// [`count_rows`].
+fn count_rows_fast(text: &[u8], comment: Option<u8>) -> usize {
+    let n = text.len();
+    let exact = || count_rows(text, comment);
+    if n < 3
+        || text[0] == b'\n'
+        || (text[1] == b'\n' && is_ws(text[0]))
+        || comment.is_some_and(|c| count_eq(text, c) > 0)
+    {
+        return exact();
+    }
+    // Bitwise, not short-circuit, and summed in u8 per block, so the loop
+    // vectorises into full-width byte compares.
+    let ws = |x: u8| (x == b' ') | (x == b'\t') | (x == 0x0b) | (x == 0x0c);
+    let mut doubtful = 0usize;
+    let (xs, ys, zs) = (&text[..n - 2], &text[1..n - 1], &text[2..]);
+    for ((xa, xb), xc) in xs.chunks(BLOCK).zip(ys.chunks(BLOCK)).zip(zs.chunks(BLOCK)) {
+        doubtful += xa
+            .iter()
+            .zip(xb)
+            .zip(xc)
+            .map(|((&a, &b), &c)| {
+                ((c == b'\n')
+                    & ((b == b'\n')
+                        | ws(b)
+                        | ((b == b'\r') & ((a == b'\n') | (a == b'\r') | ws(a)))))
+                    as u8
+            })
+            .fold(0u8, u8::wrapping_add) as usize;
+    }
+    if doubtful > 0 {
+        return exact();
+    }
+    let newlines = count_eq(text, b'\n');
+    let tail = text
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(text, |i| &text[i + 1..]);
+    newlines + (!tail.is_empty() && is_data(tail, comment)) as usize
+}
+
+/// Bytes per block of the u8 counters (below 256, so a block's sum fits).
+const BLOCK: usize = 240;
+
+/// Occurrences of `needle` in `text`, counted in u8 per block so the loop
+/// vectorises at full byte width.
+fn count_eq(text: &[u8], needle: u8) -> usize {
+    text.chunks(BLOCK)
+        .map(|blk| {
+            blk.iter()
+                .map(|&b| (b == needle) as u8)
+                .fold(0u8, u8::wrapping_add) as usize
+        })
+        .sum()
+}
+
+/// Parses the data row starting at `p` in one pass (tokens, separators and
+/// the line end together), returning the next line's start. Only the plain
+/// case is handled: spaces or tabs around fields, then LF, CRLF, a comment or
+/// the end. Anything else (a blank or comment line, other whitespace, a bad
+/// or missing token, a wrong field count) returns `None`, and the caller
+/// re-parses the line with [`parse_row`], which accepts exactly the same rows
+/// and words the errors. `out` has `cfg.ncols` slots.
+#[inline]
+fn fast_row<T: TextFloat>(text: &[u8], mut p: usize, cfg: &Cfg, out: &mut [T]) -> Option<usize> {
+    let e = text.len();
+    let blank = |b: u8| b == b' ' || b == b'\t';
+    let mut col = 0;
+    loop {
+        while p < e && blank(text[p]) {
+            p += 1;
+        }
+        let (v, used) = parse_number::<T>(&text[p..])?;
+        if used == 0 {
+            return None;
+        }
+        *out.get_mut(col)? = v;
+        col += 1;
+        p += used;
+        let token_end = p;
+        while p < e && blank(text[p]) {
+            p += 1;
+        }
+        let Some(&b) = text.get(p) else {
+            break;
+        };
+        match b {
+            b'\n' => {
+                p += 1;
+                break;
+            }
+            b'\r' if text.get(p + 1) == Some(&b'\n') => {
+                p += 2;
+                break;
+            }
+            _ if Some(b) == cfg.comment => {
+                p = find_byte(&text[p..], b'\n').map_or(e, |i| p + i + 1);
+                break;
+            }
+            _ => match cfg.delim {
+                Some(d) if b == d => p += 1,
+                None if p > token_end => {}
+                _ => return None,
+            },
+        }
+    }
+    (col == out.len()).then_some(p)
+}
+
 /// Counts the fields of a data line.
 fn count_fields(line: &[u8], cfg: &Cfg) -> usize {
     let line = match cfg.comment.and_then(|c| find_byte(line, c)) {
@@ -642,16 +773,7 @@ fn parse_span<T: TextFloat>(
     // Pass 1: data rows per chunk.
     let counts: Vec<usize> = chunks
         .par_iter()
-        .map(|&(s, e)| {
-            let mut n = 0;
-            let mut p = s;
-            while p < e {
-                let (le, next) = line_at(bytes, p, e);
-                n += is_data(&bytes[p..le], comment) as usize;
-                p = next;
-            }
-            n
-        })
+        .map(|&(s, e)| count_rows_fast(&bytes[s..e], comment))
         .collect();
     let total: usize = counts.iter().sum();
     let rows = total.min(max_rows);
@@ -682,11 +804,24 @@ fn parse_span<T: TextFloat>(
     work.into_par_iter().try_for_each(|(s, e, take, mine)| {
         let mut p = s;
         let mut r = 0;
+        // The fast path skips spaces and tabs around fields, so it cannot
+        // serve a whitespace delimiter (where each one separates a field).
+        let fast =
+            cfg.col_map.is_none() && !matches!(cfg.delim, Some(b' ' | b'\t' | b'\r' | 0x0b | 0x0c));
         while r < take && p < e {
+            let row = &mut mine[r * nout..(r + 1) * nout];
+            if fast && let Some(next) = fast_row(&bytes[..e], p, cfg, row) {
+                p = next;
+                r += 1;
+                continue;
+            }
+            // Anything unusual (blank or comment line, usecols, odd
+            // whitespace, a bad token): the line-at-a-time parser decides,
+            // and words the error.
             let (le, next) = line_at(bytes, p, e);
             let line = &bytes[p..le];
             if is_data(line, comment) {
-                parse_row(line, cfg, &mut mine[r * nout..(r + 1) * nout])
+                parse_row(line, cfg, row)
                     .map_err(|err| row_error(path, bytes, p, line, err, ncols))?;
                 r += 1;
             }
@@ -853,6 +988,65 @@ mod tests {
 
     fn load64(s: &str, o: &LoadTxtOptions) -> Result<Array2<f64>> {
         loadtxt_bytes(s.as_bytes(), o)
+    }
+
+    #[test]
+    fn fast_row_count_equals_exact_count() {
+        let texts: &[&[u8]] = &[
+            b"1 2\n3 4\n",
+            b"1 2\n3 4",
+            b"1 2\r\n3 4\r\n",
+            b"1 2\n\n3 4\n",
+            b"\n1 2\n",
+            b" \n1 2\n",
+            b"\r\n1\n",
+            b"1\n \t\r\n2\n",
+            b"1\n\x0b\n2\n",
+            b"1 \n2\n   ",
+            b"1\n2\n# c\n",
+            b"1 # c\n# 2\n3",
+            b"ab",
+            b"",
+        ];
+        for t in texts {
+            for c in [Some(b'#'), None] {
+                assert_eq!(count_rows_fast(t, c), count_rows(t, c), "{t:?}");
+                let lines = t.split(|&b| b == b'\n').filter(|l| is_data(l, c)).count();
+                assert_eq!(count_rows(t, c), lines, "{t:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn fast_and_line_parsers_agree() {
+        // usecols listing every column in order forces the line parser.
+        let texts = [
+            "1 2 3\n 4\t5 6 # c\n\n7 8 9\r\n",
+            "1,2,3\n4 , 5,6#c\n7,8,9",
+            "1 2 3\n4 5\n",
+            "1,2,3\n4,,6\n",
+            "1 2 3\n4 5 6 7\n",
+            "1 2 3\n4 5x 6\n",
+            "1 2 3\n4\x0b5 6\n",
+            "1,2,3\n4,5,6,\n",
+        ];
+        for t in texts {
+            let delimiter = t.contains(',').then_some(b',');
+            let fast = LoadTxtOptions {
+                delimiter,
+                ..Default::default()
+            };
+            let slow = LoadTxtOptions {
+                usecols: Some(vec![0, 1, 2]),
+                ..fast.clone()
+            };
+            let (a, b) = (load64(t, &fast), load64(t, &slow));
+            match (a, b) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{t:?}"),
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{t:?}"),
+                (a, b) => panic!("{t:?}: {a:?} vs {b:?}"),
+            }
+        }
     }
 
     #[test]
