@@ -1,0 +1,162 @@
+//! Guards against a killed writer leaving a store that does not open, is
+//! still locked, or holds something other than a prefix of the operations
+//! that returned. A child process (this test binary, re-executed) appends,
+//! deletes and compacts, printing each commit as it returns; the parent
+//! SIGKILLs it at random moments (at least a third of them during a
+//! compaction), then reopens at once and checks the state is the committed
+//! prefix or that plus the operation in flight, bit-exact.
+
+mod common;
+use common::Rng;
+use common::workload::{Op, apply, random_op, read_all, run};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, OpenMode};
+
+const CHILD: &str = "ZRECORD_KILL_TEST_CHILD";
+const KILLS: u64 = 300;
+const OPS_PER_CHILD: u64 = 60;
+
+fn cfg() -> EngineConfig {
+    EngineConfig {
+        chunk_capacity: 16 << 10,
+        loc_segment_entries: 128,
+        flush_bytes: 2048,
+        ..EngineConfig::default()
+    }
+}
+
+/// The ops a child with `seed` runs on a store of `len` records.
+fn ops(seed: u64, mut model: Vec<Vec<u8>>) -> Vec<(Op, Vec<Vec<u8>>)> {
+    let mut rng = Rng(seed);
+    let mut out = Vec::new();
+    for k in 0..OPS_PER_CHILD {
+        let op = if k % 4 == 3 {
+            Op::Compact
+        } else {
+            random_op(&mut rng, model.len(), 120)
+        };
+        apply(&mut model, &op);
+        out.push((op, model.clone()));
+    }
+    out
+}
+
+fn child(spec: &str) {
+    let (dir, seed) = spec.split_once('|').unwrap();
+    let seed: u64 = seed.parse().unwrap();
+    let mut e = Engine::open_with(dir, OpenMode::ReadWrite, cfg()).unwrap();
+    let model = read_all(&e).unwrap();
+    let mut out = std::io::stdout().lock();
+    for (k, (op, _)) in ops(seed, model).iter().enumerate() {
+        writeln!(out, "S {k} {}", matches!(op, Op::Compact) as u8).unwrap();
+        out.flush().unwrap();
+        run(&mut e, op).unwrap();
+        writeln!(out, "C {k}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+#[test]
+fn killed_writer_leaves_a_prefix_of_its_commits() {
+    if let Ok(spec) = std::env::var(CHILD) {
+        child(&spec);
+        return;
+    }
+    let t = std::time::Instant::now();
+    // A process kill keeps the page cache, so durability is not under test
+    // here: a memory file system (when there is one) keeps fsync cheap.
+    let shm = Path::new("/dev/shm");
+    let tmp = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    let dir = tmp.path().join("store");
+    drop(Engine::create_with(&dir, &CreateOptions::new(Codec::Zstd), cfg()).unwrap());
+    let exe = std::env::current_exe().unwrap();
+    let mut rng = Rng(2026);
+    let (mut kills, mut in_compaction, mut commits_seen) = (0u64, 0u64, 0u64);
+    for seed in 0..KILLS {
+        let pre = {
+            let e = Engine::open_with(&dir, OpenMode::ReadOnly, cfg()).unwrap();
+            read_all(&e).unwrap()
+        };
+        let mut c = Command::new(&exe)
+            .args([
+                "--exact",
+                "killed_writer_leaves_a_prefix_of_its_commits",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, format!("{}|{seed}", dir.display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
+        let mut log: Vec<String> = Vec::new();
+        // Kill on a compaction start (2 of 3), or after a random number of lines.
+        let target_compact = seed % 3 != 2;
+        let after = rng.below(OPS_PER_CHILD);
+        let mut killed = false;
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            let hit = if target_compact {
+                line.starts_with("S ") && line.ends_with(" 1")
+            } else {
+                log.len() as u64 >= after
+            };
+            log.push(line);
+            if hit {
+                let us = rng.below(if target_compact { 300 } else { 2000 });
+                std::thread::sleep(Duration::from_micros(us));
+                c.kill().unwrap();
+                killed = true;
+                break;
+            }
+        }
+        log.extend(lines.map(|l| l.unwrap()));
+        c.wait().unwrap();
+        let log: Vec<&String> = log
+            .iter()
+            .filter(|l| l.starts_with("S ") || l.starts_with("C "))
+            .collect();
+        let done = log.iter().filter(|l| l.starts_with("C ")).count();
+        let last_is_compact_start = log
+            .last()
+            .is_some_and(|l| l.starts_with("S ") && l.ends_with(" 1"));
+        kills += killed as u64;
+        in_compaction += (killed && last_is_compact_start) as u64;
+        commits_seen += done as u64;
+        // The lock is free at once.
+        let e = Engine::open_with(&dir, OpenMode::ReadWrite, cfg())
+            .unwrap_or_else(|err| panic!("kill {seed}: reopen failed: {err}"));
+        let got = read_all(&e).unwrap();
+        let expected = ops(seed, pre.clone());
+        let prefix = if done == 0 {
+            &pre
+        } else {
+            &expected[done - 1].1
+        };
+        let ok = got == *prefix || expected.get(done).is_some_and(|(_, m)| got == *m);
+        assert!(
+            ok,
+            "kill {seed}: {done} commits reported, store holds {} records matching neither",
+            got.len()
+        );
+        let rep = e.verify().unwrap();
+        assert!(rep.is_ok(), "kill {seed}: {rep:?}");
+    }
+    eprintln!(
+        "process kill: {kills} kills ({in_compaction} during compaction), {commits_seen} commits, in {:?}",
+        t.elapsed()
+    );
+    assert!(kills >= KILLS * 9 / 10, "only {kills} kills");
+    assert!(
+        in_compaction * 3 >= kills,
+        "only {in_compaction} of {kills} kills during compaction"
+    );
+}
