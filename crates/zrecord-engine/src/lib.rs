@@ -59,6 +59,8 @@ mod engine;
 mod error;
 #[doc(hidden)]
 pub mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gather;
 mod intent;
 mod maintain;
