@@ -7,12 +7,17 @@
 //! released:
 //!
 //! - [`PyDenseCore`] / [`PyRaggedCore`]: the untyped stores of `zrecord`.
-//!   A dense gather fills a NumPy array the caller allocated (no extra copy);
+//!   A dense gather fills a pooled region NumPy then views, or a small array
+//!   the caller allocated (no extra copy either way);
 //!   a ragged gather returns one packed buffer with offsets and shapes.
 //! - [`PySampler`]: `zsampler::Sampler` (subclassed in Python as
 //!   `loaderx.zsampler.Sampler`).
 //! - `train_dict`, `loadtxt`, `npy_header`, `npy_read`: dictionary training,
 //!   the parallel text parser and the `.npy` reader.
+//!
+//! - `pool`: the recycled, page-aligned regions dense gathers of 256 KiB
+//!   and more fill; the NumPy array's base object returns its region to the
+//!   pool when the array dies.
 //!
 //! Errors become the `loaderx._errors` hierarchy (`ZrecordError` subclasses,
 //! some also `IndexError` / `FileNotFoundError` / `PermissionError`) or plain
@@ -20,12 +25,15 @@
 //!
 //! The module is only usable from Python; its Rust items are not a public
 //! Rust API.
-#![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod pool;
 
 use std::path::PathBuf;
 use std::sync::{Mutex, RwLock};
 
+use numpy::ndarray::ArrayView1;
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -246,6 +254,14 @@ fn close_handle<T: Send + Sync>(py: Python<'_>, lock: &RwLock<Option<T>>) {
 // ---------------------------------------------------------------------------
 // dense
 
+/// Why a pooled gather did not fill its region.
+enum PooledFail {
+    Closed,
+    TooLarge,
+    Alloc(std::io::Error),
+    Store(zrecord::Error),
+}
+
 /// A dense store handle (`zrecord::DenseCore`); `close` drops it.
 #[pyclass(frozen, name = "DenseCore", module = "loaderx._native")]
 pub struct PyDenseCore {
@@ -356,6 +372,54 @@ impl PyDenseCore {
         })
         .ok_or_else(|| closed(py))?
         .or_py(py)
+    }
+
+    /// Gathers the records at `idxs` into a pooled region (GIL released)
+    /// and returns it as a flat `uint8` array whose base object returns the
+    /// region to the pool when the array dies.
+    fn gather<'py>(
+        &self,
+        py: Python<'py>,
+        idxs: PyReadonlyArray1<'py, u64>,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let idxs = idxs.as_slice()?;
+        let lock = &self.core;
+        let filled = py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            let c = g.as_ref().ok_or(PooledFail::Closed)?;
+            let len = idxs
+                .len()
+                .checked_mul(c.record_bytes())
+                .ok_or(PooledFail::TooLarge)?;
+            let mut region = pool::take(len).map_err(PooledFail::Alloc)?;
+            match c.gather_bytes_into(idxs, region.as_mut_slice()) {
+                Ok(()) => Ok(region),
+                Err(e) => {
+                    pool::give(region);
+                    Err(PooledFail::Store(e))
+                }
+            }
+        });
+        let region = match filled {
+            Ok(r) => r,
+            Err(PooledFail::Closed) => return Err(closed(py)),
+            Err(PooledFail::TooLarge) => {
+                return Err(PyValueError::new_err("gather output size overflows"));
+            }
+            Err(PooledFail::Alloc(e)) => {
+                return Err(pyo3::exceptions::PyMemoryError::new_err(e.to_string()));
+            }
+            Err(PooledFail::Store(e)) => return Err(to_py(py, e)),
+        };
+        let (ptr, len) = (region.as_ptr(), region.len());
+        let owner = Bound::new(py, pool::GatherBuffer::new(region))?;
+        // SAFETY: `ptr` is valid for `len` bytes, all written by the gather
+        // above (or zero-filled); the region lives inside `owner`, is never
+        // reallocated, and is only handed out again after `owner` drops.
+        let view = unsafe { ArrayView1::from_shape_ptr(len, ptr) };
+        // SAFETY: `owner` becomes the array's base object, so the memory
+        // `view` covers outlives the array (see above).
+        Ok(unsafe { PyArray1::borrow_from_array(&view, owner.into_any()) })
     }
 
     fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
@@ -645,7 +709,10 @@ fn sampler_err(e: zsampler::Error) -> PyErr {
 
 impl PySampler {
     fn draw<'py>(&self, py: Python<'py>, step: Option<u64>) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        let out = PyArray1::<u64>::zeros(py, self.len, false);
+        // SAFETY: `u64` has no invalid bit patterns, and the draw below
+        // writes every element (`batch_at` / `next_into` fill the whole
+        // slice) before the array is returned; on error it is dropped.
+        let out = unsafe { PyArray1::<u64>::new(py, self.len, false) };
         {
             let mut rw = out.readwrite();
             let buf = rw.as_slice_mut()?;
@@ -820,6 +887,12 @@ fn read_bytes_at<'py>(
     Ok(out)
 }
 
+/// `(idle regions, idle bytes)` of the gather buffer pool.
+#[pyfunction]
+fn buffer_pool_stats() -> (usize, usize) {
+    pool::idle_stats()
+}
+
 // ---------------------------------------------------------------------------
 
 /// The native module. Free-threaded builds run it without the GIL: every
@@ -830,6 +903,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDenseCore>()?;
     m.add_class::<PyRaggedCore>()?;
     m.add_class::<PySampler>()?;
+    m.add_class::<pool::GatherBuffer>()?;
+    m.add("POOL_MIN_BYTES", pool::POOL_MIN_BYTES)?;
+    m.add_function(wrap_pyfunction!(buffer_pool_stats, m)?)?;
     m.add_function(wrap_pyfunction!(probe, m)?)?;
     m.add_function(wrap_pyfunction!(train_dict, m)?)?;
     m.add_function(wrap_pyfunction!(loadtxt, m)?)?;

@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 MAX_RECORD_LEN = _native.MAX_RECORD_LEN
+_POOL_MIN_BYTES = _native.POOL_MIN_BYTES
 
 # Named dictionary presets: dictionary size and training-sample byte budget.
 DICT_TIERS = {
@@ -325,7 +326,12 @@ class DenseStore(_Base):
     def __getitems__(self, idxs):
         core = self._open()
         idxs = self._idxs(idxs)
-        values = np.empty((idxs.size, *self.item_shape), dtype=self.dtype)
+        shape = (idxs.size, *self.item_shape)
+        if idxs.size * self._row_bytes >= _POOL_MIN_BYTES:
+            # Filled in a recycled, page-aligned buffer that returns to the
+            # pool when the array dies (no page faults in a steady loop).
+            return core.gather(idxs).view(self.dtype).reshape(shape)
+        values = np.empty(shape, dtype=self.dtype)
         if idxs.size:
             core.gather_into(idxs, values.reshape(-1).view(np.uint8))
         return values

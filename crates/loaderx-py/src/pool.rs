@@ -1,0 +1,235 @@
+//! Recycled output buffers for dense gathers ("own your destination
+//! buffers").
+//!
+//! A gather of 256 x 256 KiB records fills 64 MiB. Into a fresh allocation
+//! (what `np.empty` gives: glibc maps anything over 32 MiB anew each call)
+//! every page faults and is zeroed by the kernel first, which on this class
+//! of machine costs more than the copy itself. The dense gather therefore
+//! fills a [`Region`] taken from a small process-wide pool and hands NumPy an
+//! array whose base object is a [`GatherBuffer`] owning that region; when the
+//! array (and every view of it) dies, the region goes back to the pool, so a
+//! steady loop `x = ds[idx]; ...; del x` touches no new page.
+//!
+//! Regions are anonymous mappings (page-aligned, zero-filled on first
+//! touch); from 2 MiB up they start on a 2 MiB boundary and are advised
+//! `MADV_HUGEPAGE`, so a fresh one faults in 2 MiB steps. The pool keeps at
+//! most [`idle_limit`] bytes of idle regions (oldest dropped first), matched
+//! by exact length.
+
+use std::ptr::NonNull;
+use std::sync::{Mutex, OnceLock};
+
+use pyo3::prelude::*;
+
+/// Outputs at least this large are gathered into pooled regions; smaller
+/// ones into plain `np.empty` arrays (malloc recycles those well).
+pub const POOL_MIN_BYTES: usize = 256 << 10;
+
+/// Default bound on idle pooled bytes (`LOADERX_BUFFER_POOL_MB` overrides).
+const DEFAULT_IDLE_MB: usize = 256;
+
+/// Huge-page size and the alignment of large regions.
+const HUGE: usize = 2 << 20;
+
+/// The idle-byte bound: `LOADERX_BUFFER_POOL_MB` (MiB, 0 disables
+/// recycling) or 256 MiB.
+pub fn idle_limit() -> usize {
+    static LIMIT: OnceLock<usize> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("LOADERX_BUFFER_POOL_MB")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(DEFAULT_IDLE_MB)
+            .saturating_mul(1 << 20)
+    })
+}
+
+/// An anonymous private mapping of at least `len` bytes; `ptr` is page
+/// aligned (2 MiB aligned from 2 MiB up).
+pub struct Region {
+    base: NonNull<u8>,
+    map_len: usize,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Region uniquely owns its mapping (like Vec<u8> its heap block).
+unsafe impl Send for Region {}
+// SAFETY: shared access only reads the pointer and length.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Maps a zero-filled region of `len` bytes.
+    fn map(len: usize) -> std::io::Result<Region> {
+        let pad = if len >= HUGE { HUGE } else { 0 };
+        let too_big = || std::io::Error::from(std::io::ErrorKind::OutOfMemory);
+        let map_len = len.max(1).checked_add(pad).ok_or_else(too_big)?;
+        // SAFETY: a fresh anonymous private mapping; no existing memory is
+        // affected, and the result is checked against MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(p.cast::<u8>()).ok_or_else(too_big)?;
+        let skip = (HUGE - (base.as_ptr() as usize) % HUGE) % HUGE;
+        let skip = if pad == 0 { 0 } else { skip };
+        // SAFETY: `skip < pad`, so `base + skip .. base + skip + len` lies
+        // inside the `map_len = len + pad` bytes just mapped.
+        let ptr = unsafe { base.add(skip) };
+        if pad != 0 {
+            // Advice only: failure (THP disabled) leaves ordinary pages.
+            // SAFETY: the range lies inside our own mapping.
+            unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+        }
+        Ok(Region {
+            base,
+            map_len,
+            ptr,
+            len,
+        })
+    }
+
+    /// The usable length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The usable bytes, for writing.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` is valid for `len` bytes of our mapping (zero-filled
+        // or written before), uniquely borrowed through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The first usable byte.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_len) };
+    }
+}
+
+struct Idle {
+    regions: Vec<Region>,
+    bytes: usize,
+}
+
+static IDLE: Mutex<Idle> = Mutex::new(Idle {
+    regions: Vec::new(),
+    bytes: 0,
+});
+
+/// A region of exactly `len` bytes: an idle one of that length (most
+/// recently returned first) or a new mapping. Its bytes are unspecified.
+pub fn take(len: usize) -> std::io::Result<Region> {
+    {
+        let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = idle.regions.iter().rposition(|r| r.len == len) {
+            idle.bytes -= len;
+            return Ok(idle.regions.remove(k));
+        }
+    }
+    Region::map(len)
+}
+
+/// Returns `region` to the pool, dropping the oldest idle regions beyond
+/// [`idle_limit`].
+pub fn give(region: Region) {
+    let limit = idle_limit();
+    if region.len > limit {
+        return;
+    }
+    let evicted: Vec<Region> = {
+        let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+        idle.bytes += region.len;
+        idle.regions.push(region);
+        let mut n = 0;
+        let mut bytes = idle.bytes;
+        while bytes > limit {
+            bytes -= idle.regions[n].len;
+            n += 1;
+        }
+        idle.bytes = bytes;
+        idle.regions.drain(..n).collect()
+    };
+    drop(evicted); // unmapped outside the lock
+}
+
+/// Idle pooled regions and bytes (for tests).
+pub fn idle_stats() -> (usize, usize) {
+    let idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+    (idle.regions.len(), idle.bytes)
+}
+
+/// The base object of a NumPy array filled by a dense gather: owns the
+/// region the array views and returns it to the pool when the array (and
+/// every view of it) is gone.
+#[pyclass(frozen, name = "GatherBuffer", module = "loaderx._native")]
+pub struct GatherBuffer {
+    region: Option<Region>,
+}
+
+impl GatherBuffer {
+    /// Wraps a filled region.
+    pub fn new(region: Region) -> Self {
+        GatherBuffer {
+            region: Some(region),
+        }
+    }
+}
+
+#[pymethods]
+impl GatherBuffer {
+    /// Bytes owned.
+    fn __len__(&self) -> usize {
+        self.region.as_ref().map_or(0, Region::len)
+    }
+}
+
+impl Drop for GatherBuffer {
+    fn drop(&mut self) {
+        if let Some(r) = self.region.take() {
+            give(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_aligned_zeroed_and_recycled_by_length() {
+        for len in [1, 4096, 300_000, 3 << 20] {
+            let mut r = take(len).unwrap();
+            assert_eq!(r.len(), len);
+            let align = if len >= HUGE { HUGE } else { 4096 };
+            assert_eq!(r.as_ptr() as usize % align, 0);
+            assert!(r.as_mut_slice().iter().all(|&b| b == 0));
+            r.as_mut_slice()[len - 1] = 7;
+            let p = r.as_ptr();
+            give(r);
+            let mut again = take(len).unwrap();
+            assert_eq!(
+                again.as_ptr(),
+                p,
+                "the idle region of that length is reused"
+            );
+            assert_eq!(again.as_mut_slice()[len - 1], 7);
+        }
+    }
+}

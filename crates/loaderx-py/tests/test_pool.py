@@ -1,0 +1,98 @@
+"""Recycled gather buffers: dense gathers of 256 KiB and more fill a pooled,
+page-aligned region that NumPy views and that returns to the pool when the
+array dies. Guards against a recycled region being handed out while an array
+or a view still uses it, stale bytes leaking into a result, and wrong
+dtype/shape/flags on pooled results."""
+
+import gc
+
+import numpy as np
+import pytest
+
+from loaderx.zrecord import DenseStore, IndexOutOfRange
+
+from conftest import ours_only, structured_dtype
+
+pytestmark = ours_only
+
+ROW = 64 << 10  # 4 rows = 256 KiB, the pooling threshold
+
+
+def _addr(a):
+    return a.__array_interface__["data"][0]
+
+
+def _store(codec, n=32, dtype=np.uint8):
+    rng = np.random.default_rng(3)
+    itemsize = np.dtype(dtype).itemsize
+    data = rng.integers(0, 256, size=(n, ROW), dtype=np.uint8).view(dtype)
+    data = data.reshape(n, ROW // itemsize)
+    with DenseStore("pool", data.dtype, data.shape[1:], codec=codec) as ds:
+        ds.append(data)
+    return DenseStore("pool"), data
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_pooled_results_are_exact_and_reuse_freed_buffers(codec):
+    ds, data = _store(codec)
+    idx = [5, 0, 31, 5, 7, 9, 1, 2]
+    a = ds[idx]
+    np.testing.assert_array_equal(a, data[idx])
+    assert a.shape == (8, ROW) and a.dtype == np.uint8
+    assert a.flags.c_contiguous and a.flags.writeable and a.flags.aligned
+    assert _addr(a) % 4096 == 0
+    first = _addr(a)
+    del a
+    gc.collect()
+    other = [30, 29, 28, 27, 26, 25, 24, 23]
+    b = ds[other]
+    assert _addr(b) == first, "a freed buffer of the same size is reused"
+    np.testing.assert_array_equal(b, data[other])  # no stale bytes
+    ds.close()
+
+
+def test_a_live_view_keeps_its_buffer_out_of_the_pool():
+    ds, data = _store("raw")
+    a = ds[list(range(8))]
+    row = a[3]
+    first = _addr(a)
+    del a
+    gc.collect()
+    b = ds[list(range(8, 16))]
+    assert _addr(b) != first
+    np.testing.assert_array_equal(row, data[3])
+    b[:] = 0  # writing the new result cannot touch the view
+    np.testing.assert_array_equal(row, data[3])
+    ds.close()
+
+
+def test_pooled_gather_keeps_dtype_and_item_shape():
+    dt = structured_dtype()
+    n_items = ROW // dt.itemsize
+    rng = np.random.default_rng(4)
+    data = np.frombuffer(rng.bytes(16 * n_items * dt.itemsize), dtype=dt).reshape(16, n_items)
+    with DenseStore("s", dt, (n_items,), codec="raw") as ds:
+        ds.append(data)
+    with DenseStore("s") as ds:
+        out = ds[np.arange(16)[::-1]]
+        assert out.dtype == dt and out.shape == (16, n_items)
+        assert out.tobytes() == data[::-1].tobytes()
+    with DenseStore("f", np.float64, (4, ROW // 32), codec="raw") as ds:
+        x = np.arange(8 * 4 * (ROW // 32), dtype=np.float64).reshape(8, 4, ROW // 32)
+        ds.append(x)
+        np.testing.assert_array_equal(ds[[7, 1, 3, 0]], x[[7, 1, 3, 0]])
+
+
+def test_failed_gather_leaves_pool_usable_and_bounded():
+    from loaderx import _native
+    ds, data = _store("raw")
+    with pytest.raises(IndexOutOfRange):
+        ds[[0, 1, 2, 99]]
+    outs = [ds[list(range(k, k + 8))] for k in range(0, 24, 4)]
+    for k, o in zip(range(0, 24, 4), outs):
+        np.testing.assert_array_equal(o, data[k:k + 8])
+    del outs, o
+    gc.collect()
+    regions, idle = _native.buffer_pool_stats()
+    assert regions >= 1 and idle <= 256 << 20
+    ds.close()
