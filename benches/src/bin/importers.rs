@@ -103,12 +103,38 @@ fn python(root: &Path) -> PathBuf {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
+    let text_only = args.iter().any(|a| a == "--text-only");
     let threads: usize = args
         .iter()
         .position(|a| a == "--threads")
         .and_then(|i| args.get(i + 1))
         .map(|s| s.parse().expect("--threads N"))
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    // `--parse FILE [--delimiter C]`: only time loadtxt on FILE (for
+    // profilers: callgrind, perf).
+    if let Some(file) = args
+        .iter()
+        .position(|a| a == "--parse")
+        .map(|i| &args[i + 1])
+    {
+        let opts = LoadTxtOptions {
+            delimiter: args
+                .iter()
+                .position(|a| a == "--delimiter")
+                .map(|i| args[i + 1].as_bytes()[0]),
+            threads,
+            ..Default::default()
+        };
+        let (t, a) = best(if quick { 1 } else { 3 }, || {
+            loadtxt::<f64>(file, &opts).unwrap()
+        });
+        println!(
+            "{file}: {:?} in {t:.4} s (checksum {:.6e})",
+            a.shape(),
+            checksum(&a)
+        );
+        return;
+    }
     let (ws_rows, csv_rows, npy_elems, repeats) = if quick {
         (200_000, 20_000, 32 << 20, 2)
     } else {
@@ -123,9 +149,12 @@ fn main() {
     eprintln!("generating inputs (once) under {}", dir.display());
     write_text(&ws, ws_rows, 8, " ");
     write_text(&csv, csv_rows, 100, ",");
-    write_npy(&npy, npy_elems);
+    if !text_only {
+        write_npy(&npy, npy_elems);
+    }
     let size = |p: &Path| std::fs::metadata(p).unwrap().len() as f64 / 1e6;
-    let (ws_mb, csv_mb, npy_mb) = (size(&ws), size(&csv), size(&npy));
+    let (ws_mb, csv_mb) = (size(&ws), size(&csv));
+    let npy_mb = if text_only { 0.0 } else { size(&npy) };
 
     // Ours.
     let ws_opts = LoadTxtOptions {
@@ -146,10 +175,12 @@ fn main() {
     assert_eq!(a.shape(), &[csv_rows, 100]);
     ours.insert("csv", (t, checksum(&a)));
     drop(a);
-    let (t, a) = best(repeats, || zrecord::npy::read::<f32>(&npy).unwrap());
-    let s: f64 = a.iter().map(|&x| x as f64).sum();
-    ours.insert("npy", (t, s));
-    drop(a);
+    if !text_only {
+        let (t, a) = best(repeats, || zrecord::npy::read::<f32>(&npy).unwrap());
+        let s: f64 = a.iter().map(|&x| x as f64).sum();
+        ours.insert("npy", (t, s));
+        drop(a);
+    }
 
     if args.iter().any(|a| a == "--no-peers") {
         for (k, (t, _)) in &ours {
@@ -165,6 +196,7 @@ fn main() {
         .arg(threads.to_string())
         .arg(if quick { "1" } else { "2" })
         .args([&ws, &csv, &npy])
+        .args(text_only.then_some("--text-only"))
         .env("OMP_NUM_THREADS", threads.to_string())
         .output()
         .expect("spawning the peer python");
@@ -187,7 +219,9 @@ fn main() {
         _ => format!(".npy read f32 ({npy_mb:.0} MB)"),
     };
     for tag in ["ws", "csv", "npy"] {
-        let (t, sum) = ours[tag];
+        let Some(&(t, sum)) = ours.get(tag) else {
+            continue;
+        };
         println!("{}", label(tag));
         println!(
             "  {:<18} {:>9.1} MB/s  {:>8.3} s  (checksum {sum:.6e})",

@@ -31,6 +31,7 @@
 //! ```
 
 use std::fs::File;
+use std::mem::MaybeUninit;
 use std::path::Path;
 
 use ndarray::Array2;
@@ -88,11 +89,18 @@ pub trait TextFloat: Element + sealed::Sealed {
     /// Parses a number at the start of `s`; returns it and the bytes used.
     #[doc(hidden)]
     fn parse_prefix(s: &[u8]) -> Option<(Self, usize)>;
-    /// `±m / 10^frac` when it is exact by Clinger's fast path (the mantissa
-    /// and the power of ten are exact in `Self`, so one IEEE division gives
-    /// the correctly rounded result); `None` otherwise.
+    /// `±m x 10^e10` when Clinger's fast path makes it exact: `m` and
+    /// `10^|e10|` are exact in `Self`, so one IEEE multiply or divide gives
+    /// the correctly rounded result; `None` otherwise.
     #[doc(hidden)]
-    fn from_decimal(m: u64, neg: bool, frac: usize) -> Option<Self>;
+    fn from_parts(m: u64, neg: bool, e10: i32) -> Option<Self>;
+    /// `m / 10^frac` for `m < 10^14` and `frac <= 7`, when exact by
+    /// Clinger's fast path (always for `f64`); `None` otherwise.
+    #[doc(hidden)]
+    fn from_short(m: u64, frac: usize) -> Option<Self>;
+    /// `-self` when `neg`.
+    #[doc(hidden)]
+    fn negate_if(self, neg: bool) -> Self;
 }
 
 const POW10_F64: [f64; 23] = [
@@ -105,13 +113,29 @@ impl TextFloat for f32 {
     fn parse_prefix(s: &[u8]) -> Option<(Self, usize)> {
         fast_float2::parse_partial(s).ok()
     }
-    #[inline]
-    fn from_decimal(m: u64, neg: bool, frac: usize) -> Option<Self> {
-        if m > 1 << 24 || frac >= POW10_F32.len() {
+    #[inline(always)]
+    fn from_parts(m: u64, neg: bool, e10: i32) -> Option<Self> {
+        if m > 1 << 24 {
             return None;
         }
-        let v = m as f32 / POW10_F32[frac];
+        let x = m as i64 as f32;
+        let v = match e10 {
+            0..=10 => x * POW10_F32[e10 as usize],
+            -10..=-1 => x / POW10_F32[-e10 as usize],
+            _ => return None,
+        };
         Some(if neg { -v } else { v })
+    }
+    #[inline(always)]
+    fn from_short(m: u64, frac: usize) -> Option<Self> {
+        if m > 1 << 24 {
+            return None;
+        }
+        Some(m as i64 as f32 / POW10_F32[frac & 7])
+    }
+    #[inline(always)]
+    fn negate_if(self, neg: bool) -> Self {
+        f32::from_bits(self.to_bits() ^ ((neg as u32) << 31))
     }
 }
 
@@ -119,66 +143,238 @@ impl TextFloat for f64 {
     fn parse_prefix(s: &[u8]) -> Option<(Self, usize)> {
         fast_float2::parse_partial(s).ok()
     }
-    #[inline]
-    fn from_decimal(m: u64, neg: bool, frac: usize) -> Option<Self> {
-        if m > 1 << 53 || frac >= POW10_F64.len() {
+    #[inline(always)]
+    fn from_parts(m: u64, neg: bool, e10: i32) -> Option<Self> {
+        if m > 1 << 53 {
             return None;
         }
-        let v = m as f64 / POW10_F64[frac];
+        let x = m as i64 as f64;
+        let v = match e10 {
+            0..=22 => x * POW10_F64[e10 as usize],
+            -22..=-1 => x / POW10_F64[-e10 as usize],
+            _ => return None,
+        };
         Some(if neg { -v } else { v })
+    }
+    #[inline(always)]
+    fn from_short(m: u64, frac: usize) -> Option<Self> {
+        // m < 10^14 < 2^53 and 10^7 are exact: one correctly rounded divide.
+        Some(m as i64 as f64 / POW10_F64[frac & 7])
+    }
+    #[inline(always)]
+    fn negate_if(self, neg: bool) -> Self {
+        f64::from_bits(self.to_bits() ^ ((neg as u64) << 63))
     }
 }
 
-/// Parses the common plain decimal (`-12.3456`) in one pass; anything else
-/// (exponents, more than 19 digits, nan/inf, inexact cases) returns `None`
-/// and goes to fast-float2.
-#[inline]
-fn parse_number<T: TextFloat>(s: &[u8]) -> Option<(T, usize)> {
-    #[inline]
-    fn fast<T: TextFloat>(s: &[u8]) -> Option<(T, usize)> {
-        let mut i = 0;
-        let neg = match s.first() {
+/// Eight bytes at `s[i..]`, little-endian; past the end of `s` the missing
+/// bytes read as 0 (not a digit, so no digit run crosses the end).
+#[inline(always)]
+fn load8(s: &[u8], i: usize) -> u64 {
+    match s.get(i..).and_then(|t| t.first_chunk::<8>()) {
+        Some(b) => u64::from_le_bytes(*b),
+        None => load8_tail(s, i),
+    }
+}
+
+#[cold]
+fn load8_tail(s: &[u8], i: usize) -> u64 {
+    let mut b = [0u8; 8];
+    let t = s.get(i..).unwrap_or(&[]);
+    b[..t.len()].copy_from_slice(t);
+    u64::from_le_bytes(b)
+}
+
+/// The bytes of `x` as digit values (`byte ^ b'0'`) and the length of the
+/// run of ASCII digits it starts with (0..=8). A byte is a digit when its
+/// value is 0..=9: no high nibble, and adding 6 makes none (a carry out of a
+/// byte only leaves one that is not a digit, so the first non-digit is
+/// always found).
+#[inline(always)]
+fn digits8(x: u64) -> (u64, usize) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let t = x ^ (ONES * b'0' as u64);
+    let bad = (t | t.wrapping_add(ONES * 6)) & (ONES * 0xF0);
+    (t, (bad.trailing_zeros() / 8) as usize)
+}
+
+/// The value of the first `n` (1..=8) digit values of `t` (from
+/// [`digits8`]): they are moved to the top bytes (zeros in front are
+/// leading zeros) and combined pairwise by three multiplies (the SWAR
+/// eight-digit conversion of simdjson / fast_float).
+#[inline(always)]
+fn value8(t: u64, n: usize) -> u64 {
+    const MASK: u64 = 0x0000_00FF_0000_00FF;
+    const MUL1: u64 = 100 + (1_000_000 << 32);
+    const MUL2: u64 = 1 + (10_000 << 32);
+    let v = t << (64 - 8 * n);
+    let v = v.wrapping_mul(10).wrapping_add(v >> 8);
+    let v1 = (v & MASK).wrapping_mul(MUL1);
+    let v2 = ((v >> 16) & MASK).wrapping_mul(MUL2);
+    (v1.wrapping_add(v2) >> 32) as u32 as u64
+}
+
+const POW10_U64: [u64; 9] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
+/// A run of digits at `s[i..]`, eight at a time: appends them to `m`
+/// (wrapping past 19 digits; the caller rejects those) and returns the
+/// index after the run and the run's length.
+#[inline(always)]
+fn digit_run(s: &[u8], mut i: usize, m: &mut u64) -> (usize, usize) {
+    let start = i;
+    loop {
+        let (t, n) = digits8(load8(s, i));
+        if n == 0 {
+            break;
+        }
+        *m = m.wrapping_mul(POW10_U64[n]).wrapping_add(value8(t, n));
+        i += n;
+        if n < 8 {
+            break;
+        }
+    }
+    (i, i - start)
+}
+
+/// Parses the common plain number (`-12.3456`, `7`, `1.5e-3`: sign, digits,
+/// optional fraction, optional exponent of at most three digits, at most 19
+/// digits in all) when Clinger's fast path makes it exact; anything else
+/// (more digits, far exponents, nan/inf, malformed) returns `None` for
+/// fast-float2 to decide. The results are the same correctly rounded
+/// values fast-float2 gives.
+#[inline(always)]
+fn parse_plain<T: TextFloat>(s: &[u8]) -> Option<(T, usize)> {
+    let (neg, i) = match s.first() {
+        Some(b'-') => (true, 1),
+        Some(b'+') => (false, 1),
+        _ => (false, 0),
+    };
+    let mut m: u64 = 0;
+    let (mut i, nint) = digit_run(s, i, &mut m);
+    let mut nfrac = 0;
+    if s.get(i) == Some(&b'.') {
+        (i, nfrac) = digit_run(s, i + 1, &mut m);
+    }
+    let digits = nint + nfrac;
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    let mut e10 = -(nfrac as i32);
+    if let Some(b'e' | b'E') = s.get(i) {
+        let mut j = i + 1;
+        let eneg = match s.get(j) {
             Some(b'-') => {
-                i = 1;
+                j += 1;
                 true
             }
             Some(b'+') => {
-                i = 1;
+                j += 1;
                 false
             }
             _ => false,
         };
-        let mut m: u64 = 0;
-        let mut digits = 0;
-        while let Some(&b) = s.get(i) {
-            let d = b.wrapping_sub(b'0');
-            if d >= 10 {
-                break;
-            }
-            m = m.wrapping_mul(10).wrapping_add(d as u64);
-            digits += 1;
-            i += 1;
-        }
-        let mut frac = 0;
-        if s.get(i) == Some(&b'.') {
-            i += 1;
-            while let Some(&b) = s.get(i) {
-                let d = b.wrapping_sub(b'0');
-                if d >= 10 {
-                    break;
-                }
-                m = m.wrapping_mul(10).wrapping_add(d as u64);
-                frac += 1;
-                i += 1;
-            }
-        }
-        digits += frac;
-        if digits == 0 || digits > 19 || matches!(s.get(i), Some(b'e' | b'E')) {
+        let (t, n) = digits8(load8(s, j));
+        if n == 0 || n > 3 {
             return None;
         }
-        T::from_decimal(m, neg, frac).map(|v| (v, i))
+        let e = value8(t, n) as i32;
+        e10 += if eneg { -e } else { e };
+        i = j + n;
     }
-    fast(s).or_else(|| T::parse_prefix(s))
+    T::from_parts(m, neg, e10).map(|v| (v, i))
+}
+
+/// The value of the first `n` (0..=7) digit values of `t`, as [`value8`].
+#[inline(always)]
+fn value_lt8(t: u64, n: usize) -> u64 {
+    // Two shifts, so that n == 0 shifts everything out (no shift by 64).
+    let v = (t << 1) << (63 - 8 * n);
+    let v = v.wrapping_mul(10).wrapping_add(v >> 8);
+    const MASK: u64 = 0x0000_00FF_0000_00FF;
+    const MUL1: u64 = 100 + (1_000_000 << 32);
+    const MUL2: u64 = 1 + (10_000 << 32);
+    let v1 = (v & MASK).wrapping_mul(MUL1);
+    let v2 = ((v >> 16) & MASK).wrapping_mul(MUL2);
+    (v1.wrapping_add(v2) >> 32) as u32 as u64
+}
+
+/// The common short number at `s[p..]` in one branch-light pass: an
+/// optional sign, at most 7 integer digits, an optional `.` and at most 7
+/// fraction digits (at least one digit in all), no exponent. Two 8-byte
+/// loads find both digit runs; returns the value, the index after the
+/// number and the byte there. `None` for anything else, and within 24 bytes
+/// of the end of `s` (one bounds check covers both loads); [`parse_number`]
+/// then decides. Correctly rounded: the mantissa (< 10^14) and the power of
+/// ten are exact (Clinger).
+#[inline(always)]
+fn parse_short<T: TextFloat>(s: &[u8], p: usize) -> Option<(T, usize, u32)> {
+    let w: &[u8; 24] = s.get(p..)?.first_chunk()?;
+    let c = w[0];
+    let neg = c == b'-';
+    let i = (neg | (c == b'+')) as usize;
+    let a = u64::from_le_bytes(*w[i..].first_chunk()?);
+    let (ta, n1) = digits8(a);
+    if n1 == 8 {
+        return None;
+    }
+    // The byte after the integer digits: a '.' starts the fraction. Without
+    // one, the second load starts at that byte and finds no digits.
+    let dot = ((a >> (8 * n1)) as u8 == b'.') as usize;
+    let j = i + n1 + dot;
+    let b = u64::from_le_bytes(*w[j..].first_chunk()?);
+    let (tb, n2) = digits8(b);
+    if n2 == 8 {
+        return None;
+    }
+    let end_byte = (b >> (8 * n2)) as u8;
+    if n1 + n2 == 0 || end_byte | 0x20 == b'e' {
+        return None;
+    }
+    let m = value_lt8(ta, n1) * POW10_U64[n2] + value_lt8(tb, n2);
+    let v = T::from_short(m, n2)?;
+    Some((v.negate_if(neg), p + j + n2, end_byte as u32))
+}
+
+/// Marks "no byte": the end of the text, in a field's end byte.
+const END: u32 = 256;
+
+/// A field at `text[p..]` that [`parse_short`] did not take: blanks
+/// before it skipped, then [`parse_short`] again or [`parse_number`].
+/// Returns the value, the index after it and the byte there ([`END`] at the
+/// end of `text`).
+#[inline(never)]
+fn slow_field<T: TextFloat>(text: &[u8], mut p: usize) -> Option<(T, usize, u32)> {
+    while let Some(b' ' | b'\t') = text.get(p) {
+        p += 1;
+    }
+    if let Some(r) = parse_short::<T>(text, p) {
+        return Some(r);
+    }
+    let (v, used) = parse_number::<T>(text.get(p..)?)?;
+    if used == 0 {
+        return None;
+    }
+    let end = p + used;
+    Some((v, end, text.get(end).map_or(END, |&b| b as u32)))
+}
+
+/// Parses a number at the start of `s`: [`parse_plain`], else fast-float2.
+#[inline(always)]
+fn parse_number<T: TextFloat>(s: &[u8]) -> Option<(T, usize)> {
+    match parse_plain(s) {
+        Some(r) => Some(r),
+        None => T::parse_prefix(s),
+    }
 }
 
 /// Loads a text file of numbers into a 2-D array (rows x columns).
@@ -305,66 +501,31 @@ fn count_rows(text: &[u8], comment: Option<u8>) -> usize {
     rows + has as usize
 }
 
-/// [`count_rows`] for the common text: when no comment byte occurs and no
-/// line is blank or whitespace-only (no newline directly after whitespace,
-/// a newline, or the start), every line is a data row, so the count is the
-/// newlines' (plus a last unterminated data line). Those checks are plain
-/// byte counts the compiler vectorises; any doubt falls back to the exact
-/// [`count_rows`].
-fn count_rows_fast(text: &[u8], comment: Option<u8>) -> usize {
-    let n = text.len();
-    let exact = || count_rows(text, comment);
-    if n < 3
-        || text[0] == b'\n'
-        || (text[1] == b'\n' && is_ws(text[0]))
-        || comment.is_some_and(|c| count_eq(text, c) > 0)
-    {
-        return exact();
+/// Lines in `text` (newlines, plus an unterminated last line) and whether
+/// the comment byte occurs, in one pass of byte compares summed in u8 per
+/// block (a loop shape the compiler vectorises at full byte width). Without
+/// a comment byte in the text, every data row is a line, so the line count
+/// bounds the data rows, and equals it unless a line is blank or
+/// whitespace-only (which the parser then finds).
+fn count_lines(text: &[u8], comment: Option<u8>) -> (usize, bool) {
+    // Without a comment byte, `\n` stands in and its hits are ignored.
+    let c = comment.unwrap_or(b'\n');
+    let (mut lines, mut seen) = (0usize, 0u8);
+    for blk in text.chunks(BLOCK) {
+        let (mut n, mut s) = (0u8, 0u8);
+        for &b in blk {
+            n = n.wrapping_add((b == b'\n') as u8);
+            s |= (b == c) as u8;
+        }
+        lines += n as usize;
+        seen |= s;
     }
-    // Bitwise, not short-circuit, and summed in u8 per block, so the loop
-    // vectorises into full-width byte compares.
-    let ws = |x: u8| (x == b' ') | (x == b'\t') | (x == 0x0b) | (x == 0x0c);
-    let mut doubtful = 0usize;
-    let (xs, ys, zs) = (&text[..n - 2], &text[1..n - 1], &text[2..]);
-    for ((xa, xb), xc) in xs.chunks(BLOCK).zip(ys.chunks(BLOCK)).zip(zs.chunks(BLOCK)) {
-        doubtful += xa
-            .iter()
-            .zip(xb)
-            .zip(xc)
-            .map(|((&a, &b), &c)| {
-                ((c == b'\n')
-                    & ((b == b'\n')
-                        | ws(b)
-                        | ((b == b'\r') & ((a == b'\n') | (a == b'\r') | ws(a)))))
-                    as u8
-            })
-            .fold(0u8, u8::wrapping_add) as usize;
-    }
-    if doubtful > 0 {
-        return exact();
-    }
-    let newlines = count_eq(text, b'\n');
-    let tail = text
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(text, |i| &text[i + 1..]);
-    newlines + (!tail.is_empty() && is_data(tail, comment)) as usize
+    let tail = text.last().is_some_and(|&b| b != b'\n');
+    (lines + tail as usize, comment.is_some() && seen != 0)
 }
 
 /// Bytes per block of the u8 counters (below 256, so a block's sum fits).
 const BLOCK: usize = 240;
-
-/// Occurrences of `needle` in `text`, counted in u8 per block so the loop
-/// vectorises at full byte width.
-fn count_eq(text: &[u8], needle: u8) -> usize {
-    text.chunks(BLOCK)
-        .map(|blk| {
-            blk.iter()
-                .map(|&b| (b == needle) as u8)
-                .fold(0u8, u8::wrapping_add) as usize
-        })
-        .sum()
-}
 
 /// Parses the data row starting at `p` in one pass (tokens, separators and
 /// the line end together), returning the next line's start. Only the plain
@@ -374,49 +535,73 @@ fn count_eq(text: &[u8], needle: u8) -> usize {
 /// re-parses the line with [`parse_row`], which accepts exactly the same rows
 /// and words the errors. `out` has `cfg.ncols` slots.
 #[inline]
-fn fast_row<T: TextFloat>(text: &[u8], mut p: usize, cfg: &Cfg, out: &mut [T]) -> Option<usize> {
-    let e = text.len();
-    let blank = |b: u8| b == b' ' || b == b'\t';
-    let mut col = 0;
-    loop {
-        while p < e && blank(text[p]) {
-            p += 1;
-        }
-        let (v, used) = parse_number::<T>(&text[p..])?;
-        if used == 0 {
-            return None;
-        }
-        *out.get_mut(col)? = v;
-        col += 1;
-        p += used;
-        let token_end = p;
-        while p < e && blank(text[p]) {
-            p += 1;
-        }
-        let Some(&b) = text.get(p) else {
-            break;
+fn fast_row<T: TextFloat>(
+    text: &[u8],
+    mut p: usize,
+    cfg: &Cfg,
+    out: &mut [MaybeUninit<T>],
+) -> Option<usize> {
+    // The byte that usually ends a field: the delimiter, else one space.
+    let sep = cfg.delim.unwrap_or(b' ') as u32;
+    let last = out.len().checked_sub(1)?;
+    for (k, slot) in out.iter_mut().enumerate() {
+        let (v, end, end_byte) = match parse_short::<T>(text, p) {
+            Some(r) => r,
+            None => slow_field::<T>(text, p)?,
         };
-        match b {
-            b'\n' => {
+        slot.write(v);
+        p = end;
+        if k < last {
+            if end_byte == sep {
                 p += 1;
-                break;
+                continue;
             }
-            b'\r' if text.get(p + 1) == Some(&b'\n') => {
-                p += 2;
-                break;
-            }
-            _ if Some(b) == cfg.comment => {
-                p = find_byte(&text[p..], b'\n').map_or(e, |i| p + i + 1);
-                break;
-            }
-            _ => match cfg.delim {
-                Some(d) if b == d => p += 1,
-                None if p > token_end => {}
-                _ => return None,
-            },
+        } else if end_byte == b'\n' as u32 {
+            return Some(p + 1);
+        }
+        match after_field(text, p, cfg)? {
+            After::Field(next) if k < last => p = next,
+            After::RowEnd(next) if k == last => return Some(next),
+            _ => return None,
         }
     }
-    (col == out.len()).then_some(p)
+    None
+}
+
+/// What follows a field, past blanks.
+enum After {
+    /// Another field starts here.
+    Field(usize),
+    /// The row ended; the next line starts here.
+    RowEnd(usize),
+}
+
+/// The general case of what follows the field ending at `p` (the usual
+/// separators are handled inline by [`fast_row`]): blanks, then the line's
+/// end (LF, CRLF, a comment, the text's end) or a separator; `None` for
+/// anything else.
+#[inline(never)]
+fn after_field(text: &[u8], mut p: usize, cfg: &Cfg) -> Option<After> {
+    let e = text.len();
+    let token_end = p;
+    while let Some(b' ' | b'\t') = text.get(p) {
+        p += 1;
+    }
+    let Some(&b) = text.get(p) else {
+        return Some(After::RowEnd(e));
+    };
+    match b {
+        b'\n' => Some(After::RowEnd(p + 1)),
+        b'\r' if text.get(p + 1) == Some(&b'\n') => Some(After::RowEnd(p + 2)),
+        _ if Some(b) == cfg.comment => Some(After::RowEnd(
+            find_byte(&text[p..], b'\n').map_or(e, |i| p + i + 1),
+        )),
+        _ => match cfg.delim {
+            Some(d) if b == d => Some(After::Field(p + 1)),
+            None if p > token_end => Some(After::Field(p)),
+            _ => None,
+        },
+    }
 }
 
 /// Counts the fields of a data line.
@@ -447,7 +632,7 @@ fn count_fields(line: &[u8], cfg: &Cfg) -> usize {
 fn parse_row<T: TextFloat>(
     line: &[u8],
     cfg: &Cfg,
-    out: &mut [T],
+    out: &mut [MaybeUninit<T>],
 ) -> std::result::Result<(), RowErr> {
     let n = line.len();
     let is_end = |p: usize| p >= n || Some(line[p]) == cfg.comment;
@@ -475,7 +660,7 @@ fn parse_row<T: TextFloat>(
                         if used > 0
                             && (p + used >= n || is_ws(line[p + used]) || is_end(p + used)) =>
                     {
-                        out[t] = v;
+                        out[t].write(v);
                         p += used;
                     }
                     _ => {
@@ -525,7 +710,7 @@ fn parse_row<T: TextFloat>(
                                 q += 1;
                             }
                             if is_end(q) || line[q] == d {
-                                out[t] = v;
+                                out[t].write(v);
                                 p = q;
                                 true
                             } else {
@@ -770,66 +955,114 @@ fn parse_span<T: TextFloat>(
     }
     let chunks: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
 
-    // Pass 1: data rows per chunk.
-    let counts: Vec<usize> = chunks
+    // Pass 1: data rows per chunk, and whether that count is exact. Chunks
+    // without the comment byte get their line count, an upper bound (exact
+    // unless a line is blank), from one cheap pass.
+    let mut counts: Vec<(usize, bool)> = chunks
         .par_iter()
-        .map(|&(s, e)| count_rows_fast(&bytes[s..e], comment))
+        .map(|&(s, e)| {
+            let text = &bytes[s..e];
+            match count_lines(text, comment) {
+                (lines, false) => (lines, false),
+                (_, true) => (count_rows(text, comment), true),
+            }
+        })
         .collect();
-    let total: usize = counts.iter().sum();
-    let rows = total.min(max_rows);
-    let len = rows.checked_mul(nout).ok_or_else(|| Error::Overflow {
-        context: path.display().to_string(),
-        detail: format!("{rows} rows x {nout} columns"),
-    })?;
-    // At most one value per two input bytes: justified by the input size.
-    out.clear();
-    out.resize(len, T::zeroed());
+    // The fast path skips spaces and tabs around fields, so it cannot serve
+    // a whitespace delimiter (where each one separates a field).
+    let fast =
+        cfg.col_map.is_none() && !matches!(cfg.delim, Some(b' ' | b'\t' | b'\r' | 0x0b | 0x0c));
+    loop {
+        let total: usize = counts.iter().map(|c| c.0).sum();
+        let rows = total.min(max_rows);
+        let len = rows.checked_mul(nout).ok_or_else(|| Error::Overflow {
+            context: path.display().to_string(),
+            detail: format!("{rows} rows x {nout} columns"),
+        })?;
+        // At most one value per two input bytes: justified by the input
+        // size. Left uninitialised: each row is written once by the parse
+        // (no zero-filling pass, and the pages are first touched by the
+        // parallel workers).
+        out.clear();
+        out.reserve(len);
+        let mut rest = &mut out.spare_capacity_mut()[..len];
 
-    // Hand each chunk its rows of the output.
-    let mut work = Vec::with_capacity(chunks.len());
-    let mut rest: &mut [T] = out;
-    let mut left = rows;
-    for (&(s, e), &c) in chunks.iter().zip(&counts) {
-        if left == 0 {
-            break;
+        // Hand each chunk its rows of the output.
+        let mut work = Vec::with_capacity(chunks.len());
+        let mut left = rows;
+        for (&(s, e), &(c, _)) in chunks.iter().zip(&counts) {
+            if left == 0 {
+                break;
+            }
+            let take = c.min(left);
+            let (mine, tail) = rest.split_at_mut(take * nout);
+            rest = tail;
+            left -= take;
+            work.push((s, e, take, mine));
         }
-        let take = c.min(left);
-        let (mine, tail) = rest.split_at_mut(take * nout);
-        rest = tail;
-        left -= take;
-        work.push((s, e, take, mine));
+        let takes: Vec<usize> = work.iter().map(|w| w.2).collect();
+
+        // Pass 2: parse in place; each chunk reports the rows it parsed.
+        let got: Vec<usize> = work
+            .into_par_iter()
+            .map(|(s, e, take, mine)| {
+                let mut p = s;
+                let mut r = 0;
+                while r < take && p < e {
+                    let row = &mut mine[r * nout..(r + 1) * nout];
+                    if fast && let Some(next) = fast_row(&bytes[..e], p, cfg, row) {
+                        p = next;
+                        r += 1;
+                        continue;
+                    }
+                    // Anything unusual (blank or comment line, usecols,
+                    // odd whitespace, a bad token): the line-at-a-time
+                    // parser decides, and words the error.
+                    let (le, next) = line_at(bytes, p, e);
+                    let line = &bytes[p..le];
+                    if is_data(line, comment) {
+                        parse_row(line, cfg, row)
+                            .map_err(|err| row_error(path, bytes, p, line, err, ncols))?;
+                        r += 1;
+                    }
+                    p = next;
+                }
+                Ok::<usize, Error>(r)
+            })
+            .collect::<Result<_>>()?;
+        if got == takes {
+            // SAFETY: `len` values fit the capacity reserved above, and each
+            // chunk parsed all `take` of its rows, every row writing all
+            // `nout` of its slots (`fast_row` and `parse_row` succeed only
+            // then), so all of `out[..len]` is initialised.
+            unsafe { out.set_len(len) };
+            return Ok(rows);
+        }
+        // Some chunk held blank lines, so its upper bound was too high.
+        if rows < total && counts.iter().any(|c| !c.1) {
+            // `max_rows` cut the rows by the bounds, so the wrong rows may
+            // have been parsed: count exactly and parse again.
+            for (c, &(s, e)) in counts.iter_mut().zip(&chunks) {
+                if !c.1 {
+                    *c = (count_rows(&bytes[s..e], comment), true);
+                }
+            }
+            continue;
+        }
+        // Every chunk parsed all its data rows: close the gaps.
+        let spare = &mut out.spare_capacity_mut()[..len];
+        let (mut src, mut dst) = (0, 0);
+        for (&t, &g) in takes.iter().zip(&got) {
+            spare.copy_within(src..src + g * nout, dst);
+            src += t * nout;
+            dst += g * nout;
+        }
+        // SAFETY: `dst <= len` is within the reserved capacity, and
+        // `out[..dst]` now holds the `got` rows each chunk wrote in full
+        // (moved down over the unwritten slots of the chunks before).
+        unsafe { out.set_len(dst) };
+        return Ok(got.iter().sum());
     }
-
-    // Pass 2: parse in place.
-    work.into_par_iter().try_for_each(|(s, e, take, mine)| {
-        let mut p = s;
-        let mut r = 0;
-        // The fast path skips spaces and tabs around fields, so it cannot
-        // serve a whitespace delimiter (where each one separates a field).
-        let fast =
-            cfg.col_map.is_none() && !matches!(cfg.delim, Some(b' ' | b'\t' | b'\r' | 0x0b | 0x0c));
-        while r < take && p < e {
-            let row = &mut mine[r * nout..(r + 1) * nout];
-            if fast && let Some(next) = fast_row(&bytes[..e], p, cfg, row) {
-                p = next;
-                r += 1;
-                continue;
-            }
-            // Anything unusual (blank or comment line, usecols, odd
-            // whitespace, a bad token): the line-at-a-time parser decides,
-            // and words the error.
-            let (le, next) = line_at(bytes, p, e);
-            let line = &bytes[p..le];
-            if is_data(line, comment) {
-                parse_row(line, cfg, row)
-                    .map_err(|err| row_error(path, bytes, p, line, err, ncols))?;
-                r += 1;
-            }
-            p = next;
-        }
-        Ok::<(), Error>(())
-    })?;
-    Ok(rows)
 }
 
 /// Appends the rows of the text file at `path` to `store`, a dense store of
@@ -985,13 +1218,14 @@ fn import_typed<T: TextFloat>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn load64(s: &str, o: &LoadTxtOptions) -> Result<Array2<f64>> {
         loadtxt_bytes(s.as_bytes(), o)
     }
 
     #[test]
-    fn fast_row_count_equals_exact_count() {
+    fn line_count_bounds_the_exact_count() {
         let texts: &[&[u8]] = &[
             b"1 2\n3 4\n",
             b"1 2\n3 4",
@@ -1010,9 +1244,128 @@ mod tests {
         ];
         for t in texts {
             for c in [Some(b'#'), None] {
-                assert_eq!(count_rows_fast(t, c), count_rows(t, c), "{t:?}");
+                let exact = count_rows(t, c);
                 let lines = t.split(|&b| b == b'\n').filter(|l| is_data(l, c)).count();
-                assert_eq!(count_rows(t, c), lines, "{t:?}");
+                assert_eq!(exact, lines, "{t:?}");
+                let (bound, seen) = count_lines(t, c);
+                assert_eq!(seen, c.is_some_and(|c| t.contains(&c)), "{t:?}");
+                let physical = t.split(|&b| b == b'\n').count() - t.ends_with(b"\n") as usize;
+                assert_eq!(bound, if t.is_empty() { 0 } else { physical }, "{t:?}");
+                assert!(bound >= exact, "{t:?}");
+            }
+        }
+        // Long enough for several u8 blocks.
+        let long = b"12.5 3\n".repeat(1000);
+        assert_eq!(count_lines(&long, Some(b'#')), (1000, false));
+    }
+
+    #[test]
+    fn blank_lines_across_chunks_with_and_without_max_rows() {
+        // Line-count bounds overshoot where lines are blank: the chunks'
+        // rows must still land in order, with or without a row limit.
+        for delimiter in [None, Some(b',')] {
+            let sep = if delimiter.is_some() { "," } else { " " };
+            let mut text = String::new();
+            let mut clean = String::new();
+            for i in 0..200 {
+                let row = format!("{i}.5{sep}{}\n", i * 3);
+                text.push_str(&row);
+                clean.push_str(&row);
+                if i % 7 == 3 {
+                    text.push_str(["\n", "  \t\n", "\r\n"][i % 3]);
+                }
+            }
+            for max_rows in [
+                None,
+                Some(0),
+                Some(1),
+                Some(37),
+                Some(150),
+                Some(200),
+                Some(500),
+            ] {
+                for chunk_bytes in [1, 50, 333, 0] {
+                    let o = LoadTxtOptions {
+                        delimiter,
+                        max_rows,
+                        chunk_bytes,
+                        ..Default::default()
+                    };
+                    let want = load64(&clean, &o).unwrap();
+                    let got = load64(&text, &o).unwrap();
+                    assert_eq!(got, want, "{delimiter:?} {max_rows:?} {chunk_bytes}");
+                    let n = max_rows.unwrap_or(200).min(200);
+                    assert_eq!(got.nrows(), n);
+                }
+            }
+        }
+    }
+
+    /// Tokens made of the bytes numbers are made of, in every arrangement
+    /// up to 12 bytes, plus short decimals of every digit split.
+    fn number_like() -> impl Strategy<Value = String> {
+        let alpha = prop::sample::select(vec![
+            '0', '1', '5', '9', '9', '3', '.', 'e', 'E', '+', '-', '7', '2',
+        ]);
+        prop_oneof![
+            prop::collection::vec(alpha, 0..12).prop_map(|v| v.into_iter().collect()),
+            (
+                any::<u64>(),
+                0usize..22,
+                any::<bool>(),
+                prop::option::of(-30i32..30)
+            )
+                .prop_map(|(m, cut, neg, e)| {
+                    let len = 1 + (m % 16) as usize;
+                    let digits = format!("{:019}", m / 16)[19 - len.min(19)..].to_string();
+                    let cut = cut.min(digits.len());
+                    let mut t = String::new();
+                    if neg {
+                        t.push('-');
+                    }
+                    t.push_str(&digits[..cut]);
+                    t.push('.');
+                    t.push_str(&digits[cut..]);
+                    if let Some(e) = e {
+                        t.push_str(&format!("e{e}"));
+                    }
+                    t
+                }),
+        ]
+    }
+
+    fn same_as_fast_float<T: TextFloat + fast_float2::FastFloat>(
+        tok: &str,
+        tail: &str,
+        pad: usize,
+    ) {
+        let want = fast_float2::parse_partial::<T, _>(tok).ok();
+        let padded = format!("{tok}{tail}{}", " ".repeat(pad));
+        let got = parse_number::<T>(padded.as_bytes());
+        let plain = parse_plain::<T>(padded.as_bytes());
+        let short = parse_short::<T>(padded.as_bytes(), 0).map(|(v, e, _)| (v, e));
+        for (what, r) in [("number", got), ("plain", plain), ("short", short)] {
+            if let Some((v, n)) = r {
+                let (w, wn) = want.unwrap_or_else(|| panic!("{what} took {tok:?}"));
+                assert_eq!(n, wn, "{what} length of {tok:?}");
+                assert!(
+                    bytemuck::bytes_of(&v) == bytemuck::bytes_of(&w),
+                    "{what} {tok:?}: {v:?} vs {w:?}"
+                );
+            } else if what == "number" {
+                assert!(want.is_none(), "{tok:?} refused");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fast_paths_equal_fast_float(tok in number_like(), tail in prop::sample::select(vec![
+            "", ",", " ", "\n", "x", ",1.5,2.25,3.125,4,5,6,7,8,9,10,11,12", " 7.5 8.25\n9 10 11 12 13 14",
+        ])) {
+            for pad in [0, 24] {
+                same_as_fast_float::<f64>(&tok, tail, pad);
+                same_as_fast_float::<f32>(&tok, tail, pad);
             }
         }
     }

@@ -3,7 +3,8 @@
 //! leading `+`) and for each option (skip_rows, usecols, max_rows, comment
 //! byte, f32), our array must equal numpy's value for value, whatever the
 //! thread count and chunk size. Also guards parse(format(x)) == x for every
-//! f64, subnormals included. numpy runs live via scripts/ref-venv.sh.
+//! f64, subnormals included, and correct rounding of short decimals (the
+//! parser's fast paths) for f64 and f32. numpy runs live via scripts/ref-venv.sh.
 //! (With an explicit delimiter numpy rejects whitespace-only lines while we
 //! skip them as blank, so the delimited files here have none.)
 
@@ -270,6 +271,44 @@ proptest! {
         for (r, x) in xs.iter().enumerate() {
             for c in 0..3 {
                 prop_assert_eq!(a[[r, c]].to_bits(), x.to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn short_decimals_are_correctly_rounded(
+        xs in prop::collection::vec((any::<u64>(), 0usize..12, -24i32..24), 1..40),
+        csv in any::<bool>(),
+    ) {
+        // Fixed-point and short scientific spellings (the parser's fast
+        // paths), as f64 and f32: each value must be the correctly rounded
+        // one Rust's own parser gives.
+        let mut text = String::new();
+        let mut toks = Vec::new();
+        for (i, &(bits, prec, e)) in xs.iter().enumerate() {
+            let x = (bits % 1_000_000_000_000) as f64 / 10f64.powi(e.rem_euclid(9)) - 5e5;
+            let tok = match i % 3 {
+                0 => format!("{x:.prec$}"),
+                1 => format!("{:.prec$}e{e}", x / 1e5),
+                _ => format!("{}", (bits % 100_000_000) as i64 - 50_000_000),
+            };
+            text.push_str(&tok);
+            text.push_str(if i % 4 == 3 { "\n" } else if csv { "," } else { " " });
+            toks.push(tok);
+        }
+        let ncols = xs.len().min(4);
+        let rows = xs.len() / 4;
+        if rows > 0 {
+            let text = text.split_inclusive('\n').take(rows).collect::<String>();
+            let opts = LoadTxtOptions { delimiter: csv.then_some(b','), ..Default::default() };
+            let a = loadtxt_bytes::<f64>(text.as_bytes(), &opts).unwrap();
+            let b = loadtxt_bytes::<f32>(text.as_bytes(), &opts).unwrap();
+            for r in 0..rows {
+                for c in 0..ncols {
+                    let tok = &toks[r * 4 + c];
+                    prop_assert_eq!(a[[r, c]].to_bits(), tok.parse::<f64>().unwrap().to_bits(), "{}", tok);
+                    prop_assert_eq!(b[[r, c]].to_bits(), tok.parse::<f32>().unwrap().to_bits(), "{}", tok);
+                }
             }
         }
     }
