@@ -211,9 +211,12 @@ fn run(steps: u64) -> Result<bool, BoxError> {
 
     let t = Instant::now();
     let mut losses = Vec::with_capacity(steps as usize);
+    let mut records = 0;
     for item in loader.take(steps as usize) {
         let item = item?;
         let (x, y) = item.value;
+        // This process's share of the global batch (all of it unsharded).
+        records = x.dims()[0];
         let logits = model.forward(&x)?;
         let loss = candle_nn::loss::cross_entropy(&logits, &y)?;
         opt.backward_step(&loss)?;
@@ -236,7 +239,7 @@ fn run(steps: u64) -> Result<bool, BoxError> {
     let first = mean(&losses[..WINDOW]);
     let last = mean(&losses[losses.len() - WINDOW..]);
     println!(
-        "candle: {} steps in {secs:.2} s ({:.0} steps/s); mean loss of the first {WINDOW} steps {first:.4}, of the last {WINDOW} {last:.4} ({:.2}x)",
+        "candle: {} steps of {records} records in {secs:.2} s ({:.0} steps/s); mean loss of the first {WINDOW} steps {first:.4}, of the last {WINDOW} {last:.4} ({:.2}x)",
         losses.len(),
         losses.len() as f64 / secs,
         last / first,
