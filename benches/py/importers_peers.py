@@ -1,6 +1,7 @@
 """Peer timings for benches/src/bin/importers.rs.
 
 Usage: python importers_peers.py THREADS REPEATS ws.txt csv.txt f32.npy
+       [--text-only] [--no-numpy-text] [--fast-loadtxt-only]
 Prints one line per measurement: `<peer> <file-tag> <best seconds> <checksum>`.
 A peer that is not installed prints `<peer> <file-tag> missing -`.
 """
@@ -44,12 +45,14 @@ def pandas(path, sep):
     return pd.read_csv(path, **kw).to_numpy()
 
 
-if "--no-numpy-text" not in sys.argv:
+only_fast = "--fast-loadtxt-only" in sys.argv
+if "--no-numpy-text" not in sys.argv and not only_fast:
     report("numpy.loadtxt", "ws", lambda: np.loadtxt(ws))
     report("numpy.loadtxt", "csv", lambda: np.loadtxt(csv, delimiter=","))
 report("fast_loadtxt", "ws", lambda: fast(ws, None))
 report("fast_loadtxt", "csv", lambda: fast(csv, ","))
-report("pandas.read_csv", "ws", lambda: pandas(ws, None))
-report("pandas.read_csv", "csv", lambda: pandas(csv, ","))
-if "--text-only" not in sys.argv:
+if not only_fast:
+    report("pandas.read_csv", "ws", lambda: pandas(ws, None))
+    report("pandas.read_csv", "csv", lambda: pandas(csv, ","))
+if "--text-only" not in sys.argv and not only_fast:
     report("numpy.load", "npy", lambda: np.load(npy))
