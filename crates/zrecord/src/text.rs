@@ -941,6 +941,11 @@ fn layout(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Option<Lay
     let ncols = count_fields(&bytes[first..fe], &probe);
     let col_map: Option<Vec<Option<usize>>> = match &opts.usecols {
         None => None,
+        Some(cols) if cols.is_empty() => {
+            return Err(Error::invalid(
+                "usecols is empty: select at least one column".to_string(),
+            ));
+        }
         Some(cols) => {
             let mut m = vec![None; ncols];
             for (i, &c) in cols.iter().enumerate() {

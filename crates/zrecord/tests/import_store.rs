@@ -281,3 +281,23 @@ fn text_import_into_wrong_store_or_bad_text_fails() {
     .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
 }
+
+/// Regression: an empty `usecols` used to panic in the text importer
+/// (`chunks(0)` over zero output columns); it is a clear error now, in both
+/// loadtxt and the importer, and appends nothing.
+#[test]
+fn empty_usecols_is_an_error_not_a_panic() {
+    let dir = tmp();
+    let p = dir.path().join("t.txt");
+    std::fs::write(&p, "1 2 3\n4 5 6\n").unwrap();
+    let opts = LoadTxtOptions {
+        usecols: Some(vec![]),
+        ..LoadTxtOptions::default()
+    };
+    let err = text::loadtxt::<f64>(&p, &opts).unwrap_err();
+    assert!(err.to_string().contains("usecols is empty"), "{err}");
+    let store = DenseCore::create(dir.path().join("s"), &f64::dtype(), &[3], &raw()).unwrap();
+    let err = text::import_into(&p, &store, &opts, Some(1)).unwrap_err();
+    assert!(err.to_string().contains("usecols is empty"), "{err}");
+    assert_eq!(store.len(), 0);
+}
