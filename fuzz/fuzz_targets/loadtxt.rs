@@ -1,11 +1,28 @@
 //! Fuzzes the text parser with every option shape: the first bytes choose
 //! the delimiter, comment byte, skip_rows, usecols, max_rows and chunk size.
+//! Runs inside one persistent 1-thread pool: with `threads: 1` outside such
+//! a pool, every call would start (and drop) a rayon pool, which costs a
+//! thread spawn per execution and makes LeakSanitizer report the workers
+//! still exiting when the fuzzer stops.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use std::sync::OnceLock;
 use zrecord::text::{LoadTxtOptions, loadtxt_bytes};
 
+static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+
 fuzz_target!(|data: &[u8]| {
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("one thread")
+    });
+    pool.install(|| run(data));
+});
+
+fn run(data: &[u8]) {
     if data.len() < 4 {
         return;
     }
@@ -21,4 +38,4 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = loadtxt_bytes::<f64>(text, &opts);
     let _ = loadtxt_bytes::<f32>(text, &opts);
-});
+}
