@@ -15,7 +15,7 @@ use std::path::Path;
 
 use ndarray::{ArrayD, ArrayView, ArrayViewMut, Dimension, IxDyn};
 use zrecord_engine::typed_header::Kind;
-use zrecord_engine::{Codec, CreateOptions, Engine, Stats};
+use zrecord_engine::{Codec, CreateOptions, Engine, Stats, VerifyReport};
 
 use crate::dtype::{DType, Element, encode_identity_dense};
 use crate::error::{Error, Result};
@@ -239,6 +239,35 @@ impl DenseCore {
             }),
             None => Ok(()),
         }
+    }
+
+    /// Checks the whole store: everything [`Engine::verify`] checks (every
+    /// entry inside the frontier, no shared bytes, every frame decodes to
+    /// its recorded length) and that every record decodes to exactly
+    /// `record_bytes`. Reports every bad index; `Err` only when the check
+    /// itself cannot run.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let mut rep = self.engine.verify()?;
+        let n = self.len();
+        const BATCH: u64 = 1 << 16;
+        for start in (0..n).step_by(BATCH as usize) {
+            let idx: Vec<u64> = (start..n.min(start + BATCH)).collect();
+            let mut lens = vec![0u64; idx.len()];
+            self.engine.record_lengths(&idx, &mut lens, None)?;
+            for (&i, &l) in idx.iter().zip(&lens) {
+                if l != self.record_bytes as u64 {
+                    rep.bad.push((
+                        i,
+                        format!(
+                            "decodes to {l} bytes, the store's records are {}",
+                            self.record_bytes
+                        ),
+                    ));
+                }
+            }
+        }
+        rep.bad.sort_by_key(|(i, _)| *i);
+        Ok(rep)
     }
 
     /// Deletes the records at `indices` (duplicates tolerated). The last

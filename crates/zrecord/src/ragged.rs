@@ -16,7 +16,7 @@ use std::path::Path;
 
 use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension, IxDyn};
 use zrecord_engine::typed_header::Kind;
-use zrecord_engine::{Codec, CreateOptions, Engine, Stats};
+use zrecord_engine::{Codec, CreateOptions, Engine, Stats, VerifyReport};
 
 use crate::dtype::{DType, Element, encode_identity_ragged};
 use crate::error::{Error, Result};
@@ -317,6 +317,77 @@ impl RaggedCore {
         }
         out.data_len = at - out.payload_start;
         Ok(())
+    }
+
+    /// Checks the whole store: everything [`Engine::verify`] checks (every
+    /// entry inside the frontier, no shared bytes, every frame decodes to
+    /// its recorded length) and, for every record, that its shape record is
+    /// a u64 rank plus that many dims and that the shape agrees with the
+    /// payload's length. Reports every bad record by its logical index;
+    /// `Err` only when the check itself cannot run.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let mut rep = self.engine.verify()?;
+        for (i, msg) in rep.bad.iter_mut() {
+            let part = if *i % 2 == 0 {
+                "payload"
+            } else {
+                "shape record"
+            };
+            *msg = format!("{part}: {msg}");
+            *i /= 2;
+        }
+        let n = self.len();
+        let itemsize = self.dtype.itemsize();
+        const BATCH: u64 = 4096;
+        let mut shape_buf: Vec<u8> = Vec::new();
+        for start in (0..n).step_by(BATCH as usize) {
+            let logical: Vec<u64> = (start..n.min(start + BATCH)).collect();
+            let phys: Vec<u64> = logical.iter().flat_map(|&i| [2 * i + 1, 2 * i]).collect();
+            let mut lens = vec![0u64; phys.len()];
+            self.engine.record_lengths(&phys, &mut lens, None)?;
+            for (k, &i) in logical.iter().enumerate() {
+                let (shape_len, payload_len) = (lens[2 * k], lens[2 * k + 1]);
+                if shape_len < 8 || shape_len % 8 != 0 || shape_len > 8 * 65 {
+                    rep.bad.push((
+                        i,
+                        format!("shape record of {shape_len} bytes is not a u64 rank plus dims"),
+                    ));
+                    continue;
+                }
+                shape_buf.resize(shape_len as usize, 0);
+                let offsets = [0, shape_len as usize];
+                if let Err(e) = self
+                    .engine
+                    .gather_var(&[2 * i + 1], &mut shape_buf, &offsets)
+                {
+                    rep.bad.push((i, format!("shape record unreadable: {e}")));
+                    continue;
+                }
+                let word = |j: usize| {
+                    u64::from_le_bytes(shape_buf[8 * j..8 * j + 8].try_into().expect("8 bytes"))
+                };
+                let have = shape_buf.len() / 8 - 1;
+                if word(0) != have as u64 {
+                    rep.bad.push((
+                        i,
+                        format!("shape record claims rank {} but holds {have} dims", word(0)),
+                    ));
+                    continue;
+                }
+                let dims: Vec<u64> = (1..=have).map(word).collect();
+                let expected = store::nbytes(&dims, itemsize);
+                if expected != Some(payload_len) {
+                    rep.bad.push((
+                        i,
+                        format!(
+                            "shape {dims:?} of {itemsize}-byte items needs {expected:?} bytes, payload decodes to {payload_len}"
+                        ),
+                    ));
+                }
+            }
+        }
+        rep.bad.sort_by_key(|(i, _)| *i);
+        Ok(rep)
     }
 
     /// Deletes the records at `indices` (duplicates tolerated); both

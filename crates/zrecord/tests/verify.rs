@@ -1,0 +1,79 @@
+//! Guards `verify` on typed stores: a ragged record whose shape disagrees
+//! with its payload (or whose shape record is not a rank plus dims) must be
+//! reported by its logical index, every one of them, while healthy records
+//! and healthy stores report nothing.
+
+use ndarray::{ArrayD, IxDyn};
+use zrecord::{Codec, CreateOptions, DenseStore, OpenOptions, RaggedCore, RaggedStore};
+
+/// Overwrites the first 8 bytes of physical record `phys` in a raw store.
+fn poke_u64(dir: &std::path::Path, phys: u64, value: u64) {
+    let loc = std::fs::read(dir.join("0.loc")).unwrap();
+    let e = &loc[(phys * 16) as usize..(phys * 16 + 16) as usize];
+    let offset = u32::from_le_bytes(e[0..4].try_into().unwrap()) as usize;
+    let chunk = u32::from_le_bytes(e[12..16].try_into().unwrap());
+    let path = dir.join(format!("{chunk}.chunk"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[offset..offset + 8].copy_from_slice(&value.to_le_bytes());
+    std::fs::write(&path, bytes).unwrap();
+}
+
+#[test]
+fn ragged_verify_reports_every_shape_payload_disagreement_by_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r");
+    {
+        let s = RaggedStore::<i32>::create(&path, &CreateOptions::new(Codec::Raw)).unwrap();
+        let recs: Vec<ArrayD<i32>> = (0..20)
+            .map(|i| ArrayD::from_shape_fn(IxDyn(&[2, (i % 5 + 1) as usize]), |d| d[1] as i32))
+            .collect();
+        s.append(recs.iter().map(|a| a.view())).unwrap();
+        s.sync().unwrap();
+        assert!(s.core().verify().unwrap().is_ok());
+    }
+    // Record 3: the shape claims rank 5 but holds 2 dims. Record 11: its
+    // first dim becomes 7, so the shape needs more bytes than the payload.
+    poke_u64(&path, 2 * 3 + 1, 5);
+    {
+        let loc = std::fs::read(path.join("0.loc")).unwrap();
+        let e = &loc[(2 * 11 + 1) * 16..(2 * 11 + 1) * 16 + 16];
+        let offset = u32::from_le_bytes(e[0..4].try_into().unwrap()) as usize;
+        let mut bytes = std::fs::read(path.join("0.chunk")).unwrap();
+        bytes[offset + 8..offset + 16].copy_from_slice(&7u64.to_le_bytes());
+        std::fs::write(path.join("0.chunk"), bytes).unwrap();
+    }
+    let core = RaggedCore::open(&path, &OpenOptions::read_only()).unwrap();
+    let rep = core.verify().unwrap();
+    let bad: Vec<u64> = rep.bad.iter().map(|(i, _)| *i).collect();
+    assert_eq!(bad, [3, 11], "{:?}", rep.bad);
+    assert!(rep.bad[0].1.contains("rank 5"), "{}", rep.bad[0].1);
+    assert!(
+        rep.bad[1].1.contains("payload decodes to"),
+        "{}",
+        rep.bad[1].1
+    );
+}
+
+#[test]
+fn dense_verify_is_clean_on_a_healthy_store_and_names_garbled_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d");
+    let s = DenseStore::<u16>::create(&path, &[64], &CreateOptions::new(Codec::Zstd)).unwrap();
+    s.append(ndarray::Array2::<u16>::from_shape_fn((50, 64), |(i, j)| (i * j) as u16).view())
+        .unwrap();
+    s.sync().unwrap();
+    assert!(s.core().verify().unwrap().is_ok());
+    drop(s);
+    // Garble the frame of record 7 (zstd): verify names it, and only it.
+    let loc = std::fs::read(path.join("0.loc")).unwrap();
+    let offset = u32::from_le_bytes(loc[7 * 16..7 * 16 + 4].try_into().unwrap()) as usize;
+    let mut bytes = std::fs::read(path.join("0.chunk")).unwrap();
+    for b in &mut bytes[offset + 4..offset + 12] {
+        *b ^= 0xff;
+    }
+    std::fs::write(path.join("0.chunk"), bytes).unwrap();
+    let core = zrecord::DenseCore::open(&path, &OpenOptions::read_only()).unwrap();
+    let rep = core.verify().unwrap();
+    assert!(!rep.is_ok());
+    assert!(rep.bad.iter().all(|(i, _)| *i == 7), "{:?}", rep.bad);
+}
