@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, bounded, select};
 use zsampler::{Mode, Sampler};
 
-use crate::batch::{Batch, Layout, Slot};
+use crate::batch::{Batch, Layout, Pool, Slot};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 
@@ -189,9 +189,13 @@ impl<O: Send + 'static> DataLoader<O> {
         for _ in 0..window {
             credit_tx.send(()).expect("the credit channel has room");
         }
-        let (pool_tx, pool_rx) = bounded::<Slot>(window);
+        let (token_tx, token_rx) = bounded::<()>(window);
+        let pool = Arc::new(Pool {
+            stack: Mutex::new(Vec::with_capacity(window)),
+            tokens: token_tx,
+        });
         for _ in 0..window {
-            pool_tx.send(Slot::new()).expect("the pool has room");
+            pool.put(Slot::new());
         }
         let (shutdown_tx, shutdown_rx) = bounded::<()>(0);
         let (out_tx, out_rx) = bounded::<Item<O>>(opts.prefetch);
@@ -220,8 +224,8 @@ impl<O: Send + 'static> DataLoader<O> {
             sampler,
             layout,
             step: opts.start_step,
-            pool_tx,
-            pool_rx,
+            pool,
+            free: token_rx,
             credits: credit_rx,
             shutdown: shutdown_rx.clone(),
         };
@@ -358,8 +362,9 @@ struct Producer {
     sampler: Sampler,
     layout: Arc<Layout>,
     step: u64,
-    pool_tx: Sender<Slot>,
-    pool_rx: Receiver<Slot>,
+    pool: Arc<Pool>,
+    /// One token per free slot in `pool`.
+    free: Receiver<()>,
     credits: Receiver<()>,
     shutdown: Receiver<()>,
 }
@@ -374,9 +379,13 @@ impl Producer {
                 recv(self.credits) -> c => if c.is_err() { return },
                 recv(self.shutdown) -> _ => return,
             }
-            let mut slot = select! {
-                recv(self.pool_rx) -> s => match s { Ok(s) => s, Err(_) => return },
+            select! {
+                recv(self.free) -> t => if t.is_err() { return },
                 recv(self.shutdown) -> _ => return,
+            }
+            let Some(mut slot) = self.pool.take() else {
+                // Unreachable: every token stands for a slot on the stack.
+                return;
             };
             let step = self.step;
             let item = match self.sampler.batch_at(step, &mut indices) {
@@ -387,7 +396,7 @@ impl Producer {
                 step,
                 slot: Some(slot),
                 layout: Arc::clone(&self.layout),
-                pool: self.pool_tx.clone(),
+                pool: Arc::clone(&self.pool),
             };
             let item = item.map(|()| batch);
             let failed = item.is_err();
