@@ -43,6 +43,9 @@ use crate::error::{Error, Result};
 use crate::import::{Imported, batch_rows_for};
 use zrecord_engine::CreateOptions;
 
+#[cfg(target_arch = "x86_64")]
+mod v3;
+
 /// Options of [`loadtxt`]. `Default` gives NumPy's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadTxtOptions {
@@ -98,6 +101,10 @@ pub trait TextFloat: Element + sealed::Sealed {
     /// Clinger's fast path (always for `f64`); `None` otherwise.
     #[doc(hidden)]
     fn from_short(m: u64, frac: usize) -> Option<Self>;
+    /// `m / 10^frac` for `m < 10^15`, when exact by Clinger's fast path
+    /// (for `f64` always when `frac <= 22`); `None` otherwise.
+    #[doc(hidden)]
+    fn from_digits(m: u64, frac: usize) -> Option<Self>;
     /// `-self` when `neg`.
     #[doc(hidden)]
     fn negate_if(self, neg: bool) -> Self;
@@ -134,6 +141,14 @@ impl TextFloat for f32 {
         Some(m as i64 as f32 / POW10_F32[frac & 7])
     }
     #[inline(always)]
+    fn from_digits(m: u64, frac: usize) -> Option<Self> {
+        let p = *POW10_F32.get(frac)?;
+        if m > 1 << 24 {
+            return None;
+        }
+        Some(m as i64 as f32 / p)
+    }
+    #[inline(always)]
     fn negate_if(self, neg: bool) -> Self {
         f32::from_bits(self.to_bits() ^ ((neg as u32) << 31))
     }
@@ -160,6 +175,11 @@ impl TextFloat for f64 {
     fn from_short(m: u64, frac: usize) -> Option<Self> {
         // m < 10^14 < 2^53 and 10^7 are exact: one correctly rounded divide.
         Some(m as i64 as f64 / POW10_F64[frac & 7])
+    }
+    #[inline(always)]
+    fn from_digits(m: u64, frac: usize) -> Option<Self> {
+        // m < 10^15 < 2^53 and 10^22 are exact: one correctly rounded divide.
+        Some(m as i64 as f64 / *POW10_F64.get(frac)?)
     }
     #[inline(always)]
     fn negate_if(self, neg: bool) -> Self {
@@ -502,14 +522,32 @@ fn count_rows(text: &[u8], comment: Option<u8>) -> usize {
 }
 
 /// Lines in `text` (newlines, plus an unterminated last line) and whether
-/// the comment byte occurs, in one pass of byte compares summed in u8 per
-/// block (a loop shape the compiler vectorises at full byte width). Without
-/// a comment byte in the text, every data row is a line, so the line count
-/// bounds the data rows, and equals it unless a line is blank or
+/// the comment byte occurs, in one pass of byte compares ([`count_bytes`]).
+/// Without a comment byte in the text, every data row is a line, so the
+/// line count bounds the data rows, and equals it unless a line is blank or
 /// whitespace-only (which the parser then finds).
 fn count_lines(text: &[u8], comment: Option<u8>) -> (usize, bool) {
     // Without a comment byte, `\n` stands in and its hits are ignored.
-    let c = comment.unwrap_or(b'\n');
+    let (lines, seen) = count_bytes(text, comment.unwrap_or(b'\n'));
+    let tail = text.last().is_some_and(|&b| b != b'\n');
+    (lines + tail as usize, comment.is_some() && seen)
+}
+
+/// Newlines in `text`, and whether byte `c` occurs: AVX2 where the CPU has
+/// it, else [`count_bytes_scalar`].
+fn count_bytes(text: &[u8], c: u8) -> (usize, bool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above), the only feature
+        // `v3::count_bytes` is compiled for.
+        return unsafe { v3::count_bytes(text, c) };
+    }
+    count_bytes_scalar(text, c)
+}
+
+/// [`count_bytes`] as byte compares summed in u8 per block (a loop shape
+/// the compiler vectorises at full byte width).
+fn count_bytes_scalar(text: &[u8], c: u8) -> (usize, bool) {
     let (mut lines, mut seen) = (0usize, 0u8);
     for blk in text.chunks(BLOCK) {
         let (mut n, mut s) = (0u8, 0u8);
@@ -520,8 +558,7 @@ fn count_lines(text: &[u8], comment: Option<u8>) -> (usize, bool) {
         lines += n as usize;
         seen |= s;
     }
-    let tail = text.last().is_some_and(|&b| b != b'\n');
-    (lines + tail as usize, comment.is_some() && seen != 0)
+    (lines, seen != 0)
 }
 
 /// Bytes per block of the u8 counters (below 256, so a block's sum fits).
@@ -1018,8 +1055,13 @@ struct Chunk<'a> {
 
 /// Parses up to `c.take` data rows of the chunk into `out` (`take` rows of
 /// `nout` slots); returns the rows parsed.
+/// `V3`: the CPU has AVX2 and BMI2 (set only by [`parse_chunk_v3`]), so
+/// the indexed rows go to [`v3::indexed_row`].
 #[inline(always)]
-fn parse_chunk<T: TextFloat>(c: &Chunk, out: &mut [MaybeUninit<T>]) -> Result<usize> {
+fn parse_chunk<T: TextFloat, const V3: bool>(
+    c: &Chunk,
+    out: &mut [MaybeUninit<T>],
+) -> Result<usize> {
     let (bytes, cfg) = (c.bytes, c.cfg);
     let (s, e) = c.span;
     let nout = c.nout;
@@ -1032,7 +1074,18 @@ fn parse_chunk<T: TextFloat>(c: &Chunk, out: &mut [MaybeUninit<T>]) -> Result<us
     while r < c.take && p < e {
         let row = &mut out[r * nout..(r + 1) * nout];
         if backoff == 0 {
-            if let Some(next) = indexed_row(&bytes[..e], p, cfg, row) {
+            #[cfg(target_arch = "x86_64")]
+            let indexed = if V3 {
+                // SAFETY: `V3` is set only by `parse_chunk_v3`, whose
+                // callers check that the CPU has AVX2 and BMI2 (the
+                // features `v3::indexed_row` is compiled for).
+                unsafe { v3::indexed_row(&bytes[..e], p, cfg.delim.unwrap_or(b' '), row) }
+            } else {
+                indexed_row(&bytes[..e], p, cfg, row)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let indexed = indexed_row(&bytes[..e], p, cfg, row);
+            if let Some(next) = indexed {
                 p = next;
                 r += 1;
                 continue;
@@ -1071,7 +1124,7 @@ fn parse_chunk<T: TextFloat>(c: &Chunk, out: &mut [MaybeUninit<T>]) -> Result<us
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
 unsafe fn parse_chunk_v3<T: TextFloat>(c: &Chunk, out: &mut [MaybeUninit<T>]) -> Result<usize> {
-    parse_chunk(c, out)
+    parse_chunk::<T, true>(c, out)
 }
 
 /// Asks Linux to back the big output buffer with transparent huge pages
@@ -1213,7 +1266,7 @@ fn parse_span<T: TextFloat>(
                     // is compiled for (checked just above).
                     return unsafe { parse_chunk_v3(&chunk, mine) };
                 }
-                parse_chunk(&chunk, mine)
+                parse_chunk::<T, false>(&chunk, mine)
             })
             .collect::<Result<_>>()?;
         if got == takes {
@@ -1541,6 +1594,80 @@ mod tests {
             } else if what == "number" {
                 assert!(want.is_none(), "{tok:?} refused");
             }
+        }
+    }
+
+    /// The AVX2 field parser on `tok` (delimited at its end): when it takes
+    /// the token, the value is fast-float2's for the whole token, bit for
+    /// bit; and it takes every plain decimal it is meant for.
+    #[cfg(target_arch = "x86_64")]
+    fn v3_field_same_as_fast_float<T: TextFloat + fast_float2::FastFloat>(tok: &str, tail: &str) {
+        if !(std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("bmi2"))
+        {
+            return;
+        }
+        for lead in [0, 7, 63 - tok.len().min(63)] {
+            let padded = format!("{}{tok}{tail}{}", "7".repeat(lead), " ".repeat(80));
+            let w: &[u8; 80] = padded.as_bytes().first_chunk().unwrap();
+            if lead + tok.len() >= 64 {
+                continue;
+            }
+            // SAFETY: the CPU has AVX2 and BMI2 (checked above).
+            let got = unsafe { v3::field::<T>(w, lead, lead + tok.len()) };
+            let want = fast_float2::parse_partial::<T, _>(tok)
+                .ok()
+                .filter(|&(_, n)| n == tok.len());
+            match got {
+                Some(v) => {
+                    let (w, _) = want.unwrap_or_else(|| panic!("v3 took {tok:?}"));
+                    assert!(
+                        bytemuck::bytes_of(&v) == bytemuck::bytes_of(&w),
+                        "v3 {tok:?}: {v:?} vs {w:?}"
+                    );
+                }
+                None => {
+                    let body = tok.strip_prefix(['-', '+']).unwrap_or(tok);
+                    let digits = body.bytes().filter(u8::is_ascii_digit).count();
+                    let plain = body.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+                        && body.bytes().filter(|&b| b == b'.').count() <= 1;
+                    let frac = body.find('.').map_or(0, |d| body.len() - d - 1);
+                    let exact = std::mem::size_of::<T>() == 8
+                        || (frac <= 10
+                            && body
+                                .replace('.', "")
+                                .parse::<u64>()
+                                .is_ok_and(|m| m <= 1 << 24));
+                    assert!(
+                        !(plain && (1..=15).contains(&digits) && body.len() <= 16 && exact),
+                        "v3 refused {tok:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn v3_field_equals_fast_float(tok in number_like(), tail in prop::sample::select(vec![",", " ", "\n", "x"])) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                v3_field_same_as_fast_float::<f64>(&tok, tail);
+                v3_field_same_as_fast_float::<f32>(&tok, tail);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (tok, tail);
+        }
+
+        #[test]
+        fn vector_and_scalar_counts_agree(
+            text in prop::collection::vec(prop::sample::select(b"\n#1 ,.".to_vec()), 0..20_000),
+            c in prop::sample::select(b"#\n,".to_vec()),
+        ) {
+            let want = count_bytes_scalar(&text, c);
+            let newlines = text.iter().filter(|&&b| b == b'\n').count();
+            prop_assert_eq!(want, (newlines, text.contains(&c)));
+            prop_assert_eq!(count_bytes(&text, c), want);
         }
     }
 
