@@ -115,6 +115,22 @@ fn paired_ratio(
     ratios[rounds / 2]
 }
 
+/// User + system CPU seconds of this process so far (all threads), from
+/// `/proc/self/stat` (Linux; 0 elsewhere).
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are
+    // fields 14 and 15 of the whole line, in clock ticks (100 per second).
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
+}
+
 /// The ceiling: packed payload + offsets in memory, gathered by memcpy into
 /// one reused buffer with per-record offsets (what `RaggedBatch` holds).
 struct Packed<'a> {
@@ -168,7 +184,12 @@ impl Packed<'_> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = std::env::args().any(|a| a == "--quick");
-    let t = Duration::from_millis(if quick { 600 } else { 3000 });
+    let profile = std::env::args().any(|a| a == "--profile");
+    let t = Duration::from_millis(match (profile, quick) {
+        (true, _) => 3,
+        (false, true) => 600,
+        (false, false) => 3000,
+    });
     let (values, offsets) = sequences();
     let mut lens: Vec<usize> = offsets.windows(2).map(|w| w[1] - w[0]).collect();
     lens.sort_unstable();
@@ -214,7 +235,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let root = tempfile::tempdir()?;
     let mut stores = Vec::new();
-    for codec in [Codec::Raw, Codec::Zstd] {
+    // In `--profile` mode only the profiled store is built.
+    let args: Vec<String> = std::env::args().collect();
+    let profiled = args
+        .iter()
+        .position(|a| a == "--profile")
+        .map(|p| args.get(p + 1).map_or("raw", String::as_str));
+    let codecs: &[Codec] = match profiled {
+        Some("zstd") => &[Codec::Zstd],
+        Some(_) => &[Codec::Raw],
+        None => &[Codec::Raw, Codec::Zstd],
+    };
+    for &codec in codecs {
         let path = root.path().join(codec.name());
         let store = RaggedStore::<i32>::create(&path, &CreateOptions::new(codec))?;
         // Appends of 10,000 records.
@@ -234,6 +266,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         store.sync()?;
         stores.push(store);
+    }
+    // `--profile raw|zstd [batches]`: only gather_into on that store, a
+    // fixed number of batches (for perf / callgrind), then exit.
+    if let Some(which) = profiled {
+        let p = args.iter().position(|a| a == "--profile").unwrap_or(0);
+        let count: usize = args.get(p + 2).and_then(|s| s.parse().ok()).unwrap_or(2000);
+        let store = &stores[0];
+        let mut batch = RaggedBatch::new();
+        let cpu0 = cpu_seconds();
+        let t0 = Instant::now();
+        for k in 0..count {
+            store.gather_into(&batches[k % batches.len()], &mut batch)?;
+            black_box(batch.data());
+        }
+        let s = t0.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - cpu0;
+        println!(
+            "profile {which}: {count} batches, {:.0} records/s, {:.1} us wall and {:.1} us CPU (all threads) per batch",
+            (count * BATCH) as f64 / s,
+            s * 1e6 / count as f64,
+            cpu * 1e6 / count as f64
+        );
+        return Ok(());
     }
     // Second ceiling for zstd: the same records as level-3 frames in
     // memory, decoded on every core with one context per thread.

@@ -1,8 +1,14 @@
 //! Codecs: raw, zstd (level 3) and zstd with a dictionary (level 19).
 
 use crate::error::{Error, Result};
-use zstd::bulk::{Compressor, Decompressor};
+use std::sync::Mutex;
+use zstd::bulk::Compressor;
 use zstd::dict::{DecoderDictionary, EncoderDictionary};
+use zstd::zstd_safe::{self, DCtx};
+
+/// Decompression contexts kept for reuse, at most this many: enough for
+/// every worker of a few concurrent gathers; extras are freed.
+const MAX_POOLED_DCTX: usize = 64;
 
 /// A store's one compression method, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -117,13 +123,20 @@ pub fn train_dictionary(samples: &[u8], sizes: &[usize], max_size: usize) -> Res
 }
 
 /// The codec state a handle shares between all its threads: prepared
-/// dictionaries are immutable and `Send + Sync`; contexts are per worker.
+/// dictionaries are immutable and `Send + Sync`; compression contexts are
+/// per worker; decompression contexts are pooled, taken by a gather job and
+/// given back when it ends, so a gather does not allocate (and fault in) a
+/// fresh ~100 KiB context per job.
 pub(crate) struct CodecState {
     pub codec: Codec,
     pub level: i32,
     pub dictionary: Option<Vec<u8>>,
     cdict: Option<EncoderDictionary<'static>>,
     ddict: Option<DecoderDictionary<'static>>,
+    /// Idle decompression contexts. They hold no dictionary reference: the
+    /// prepared dictionary is passed per frame (`ZSTD_decompress_usingDDict`,
+    /// the same call a context with a referenced dictionary makes).
+    dctx_pool: Mutex<Vec<DCtx<'static>>>,
 }
 
 impl std::fmt::Debug for CodecState {
@@ -161,6 +174,7 @@ impl CodecState {
             dictionary,
             cdict,
             ddict,
+            dctx_pool: Mutex::new(Vec::new()),
         })
     }
 
@@ -172,12 +186,52 @@ impl CodecState {
         }
     }
 
-    /// A fresh decompression context for one worker.
-    pub fn decompressor(&self) -> std::io::Result<Decompressor<'_>> {
-        match &self.ddict {
-            Some(d) => Decompressor::with_prepared_dictionary(d),
-            None => Decompressor::new(),
+    /// A decompression context from the pool, or a new one.
+    pub fn take_dctx(&self) -> Result<DCtx<'static>> {
+        let pooled = self
+            .dctx_pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        match pooled {
+            Some(d) => Ok(d),
+            None => DCtx::try_create().ok_or_else(|| {
+                Error::InvalidArgument("cannot create a zstd decompression context".into())
+            }),
         }
+    }
+
+    /// Gives a context back to the pool (only one whose last frame decoded
+    /// cleanly: a failed one is dropped rather than reused).
+    pub fn put_dctx(&self, dctx: DCtx<'static>) {
+        let mut pool = self.dctx_pool.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < MAX_POOLED_DCTX {
+            pool.push(dctx);
+        }
+    }
+
+    /// Contexts idle in the pool.
+    #[cfg(test)]
+    pub fn dctx_pool_len(&self) -> usize {
+        self.dctx_pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Decodes one whole frame `src` into `dst` with the store's dictionary
+    /// if it has one; returns the decoded length. Never writes past `dst`.
+    pub fn decompress(
+        &self,
+        dctx: &mut DCtx<'static>,
+        src: &[u8],
+        dst: &mut [u8],
+    ) -> std::result::Result<usize, &'static str> {
+        let r = match &self.ddict {
+            Some(d) => dctx.decompress_using_ddict(dst, src, d.as_ddict()),
+            None => dctx.decompress(dst, src),
+        };
+        r.map_err(zstd_safe::get_error_name)
     }
 }
 

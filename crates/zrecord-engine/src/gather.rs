@@ -2,21 +2,46 @@
 //! straight into the destination.
 
 use crate::aligned::{AlignedBuf, PAGE};
-use crate::codec::Codec;
+use crate::codec::{Codec, CodecState};
 use crate::engine::{Engine, State};
 use crate::error::{Error, Result};
 use crate::format::Loc;
-use rayon::prelude::*;
-use zstd::bulk::Decompressor;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use zstd::zstd_safe::DCtx;
 
 /// Bounce buffer size for positional reads into unaligned destinations.
 const BOUNCE: usize = 256 << 10;
 
-/// Per-worker scratch, created once per rayon job.
+/// What one record costs beyond its stored bytes, in byte-equivalents, when
+/// sizing jobs: the table entry, the call, and for zstd the frame setup
+/// (header, Huffman/FSE tables), which dominates small frames.
+const RAW_RECORD_COST: usize = 64;
+const ZSTD_FRAME_COST: usize = 1024;
+
+/// Gathers costing less than this (stored bytes plus per-record costs) run
+/// on the calling thread: waking other threads costs more than it saves.
+const INLINE_COST: usize = 64 << 10;
+
+/// Parallel jobs per thread: a few, so a thread slowed by other load does
+/// not hold the whole gather back.
+const JOBS_PER_THREAD: usize = 4;
+
+/// Per-job scratch. The zstd context comes from the handle's pool on first
+/// use and goes back when the job ends.
 struct Worker<'a> {
-    dctx: Option<Decompressor<'a>>,
+    codec: &'a CodecState,
+    dctx: Option<DCtx<'static>>,
     staging: Vec<u8>,
     bounce: Option<AlignedBuf>,
+}
+
+impl Drop for Worker<'_> {
+    fn drop(&mut self) {
+        if let Some(d) = self.dctx.take() {
+            self.codec.put_dctx(d);
+        }
+    }
 }
 
 impl Engine {
@@ -49,21 +74,8 @@ impl Engine {
                 ))
             }
         })?;
-        if indices.is_empty() {
-            return Ok(());
-        }
-        let block = block_len(indices.len());
-        dst.par_chunks_mut(record_bytes * block)
-            .zip(locs.par_chunks(block).zip(indices.par_chunks(block)))
-            .try_for_each_init(
-                || self.worker(),
-                |w, (d, (ls, ix))| {
-                    for ((d, l), &i) in d.chunks_mut(record_bytes).zip(ls).zip(ix) {
-                        self.read_one(&st, w, i, l, d)?;
-                    }
-                    Ok(())
-                },
-            )
+        let mut slices: Vec<&mut [u8]> = dst.chunks_mut(record_bytes).collect();
+        self.read_all(&st, &locs, indices, &mut slices)
     }
 
     /// Reads record k of `indices` into `dst[offsets[k]..offsets[k + 1]]`
@@ -96,30 +108,61 @@ impl Engine {
                 )))
             }
         })?;
-        // Carve the destination into one slice per record.
-        let mut slices: Vec<&mut [u8]> = Vec::with_capacity(indices.len());
-        let mut rest = &mut dst[offsets[0]..];
-        for w in offsets.windows(2) {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(w[1] - w[0]);
-            slices.push(head);
-            rest = tail;
+        let mut slices = carve(&mut dst[offsets[0]..], offsets);
+        self.read_all(&st, &locs, indices, &mut slices)
+    }
+
+    /// Reads the records at `indices` back to back, with one table lookup
+    /// per record (where [`Engine::record_lengths`] then
+    /// [`Engine::gather_var`] look each up twice).
+    ///
+    /// Replaces `offsets` with the `indices.len() + 1` record boundaries
+    /// (decoded lengths from the table, before any I/O), then calls `dst`
+    /// with them: it returns a destination of at least the last offset in
+    /// bytes (or an error, which aborts the gather before any I/O). Record
+    /// k lands in `dst[offsets[k]..offsets[k + 1]]`.
+    ///
+    /// ```
+    /// use zrecord_engine::{Codec, CreateOptions, Engine};
+    /// let dir = tempfile::tempdir()?;
+    /// let e = Engine::create(dir.path().join("s"), &CreateOptions::new(Codec::Zstd))?;
+    /// e.append_var(b"abcdef", &[0, 2, 6])?;
+    /// let (mut offsets, mut buf) = (Vec::new(), Vec::new());
+    /// e.gather_packed(&[1, 0], &mut offsets, |o| {
+    ///     buf.resize(o[o.len() - 1], 0);
+    ///     Ok::<_, zrecord_engine::Error>(&mut buf[..])
+    /// })?;
+    /// assert_eq!((&buf[..], &offsets[..]), (&b"cdefab"[..], &[0, 4, 6][..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn gather_packed<'d, E: From<Error>>(
+        &self,
+        indices: &[u64],
+        offsets: &mut Vec<usize>,
+        dst: impl FnOnce(&[usize]) -> std::result::Result<&'d mut [u8], E>,
+    ) -> std::result::Result<(), E> {
+        let st = self.read_state();
+        let locs = self.lookup(&st, indices, |_, _, _| Ok(()))?;
+        offsets.clear();
+        offsets.reserve(locs.len() + 1);
+        offsets.push(0);
+        let mut at = 0usize;
+        for l in &locs {
+            at = at
+                .checked_add(l.logic_length as usize)
+                .ok_or_else(|| Error::InvalidArgument("gather size overflows".into()))?;
+            offsets.push(at);
         }
-        if indices.is_empty() {
-            return Ok(());
+        let dst = dst(offsets)?;
+        if dst.len() < at {
+            return Err(Error::InvalidArgument(format!(
+                "destination is {} bytes, the records need {at}",
+                dst.len()
+            ))
+            .into());
         }
-        let block = block_len(indices.len());
-        slices
-            .par_chunks_mut(block)
-            .zip(locs.par_chunks(block).zip(indices.par_chunks(block)))
-            .try_for_each_init(
-                || self.worker(),
-                |w, (ds, (ls, ix))| {
-                    for ((d, l), &i) in ds.iter_mut().zip(ls).zip(ix) {
-                        self.read_one(&st, w, i, l, d)?;
-                    }
-                    Ok(())
-                },
-            )
+        let mut slices = carve(dst, offsets);
+        Ok(self.read_all(&st, &locs, indices, &mut slices)?)
     }
 
     /// Decoded (and optionally stored) lengths of the records at `indices`.
@@ -171,8 +214,92 @@ impl Engine {
         Ok(out)
     }
 
+    /// Reads record k (`indices[k]`, entry `locs[k]`) into `dsts[k]`, whose
+    /// length is its decoded length: on the calling thread when the gather
+    /// is small, else in parallel jobs of about equal cost (stored bytes
+    /// plus a per-record allowance), a few per thread.
+    fn read_all(
+        &self,
+        st: &State,
+        locs: &[Loc],
+        indices: &[u64],
+        dsts: &mut [&mut [u8]],
+    ) -> Result<()> {
+        let per_record = if self.codec.codec == Codec::Raw {
+            RAW_RECORD_COST
+        } else {
+            ZSTD_FRAME_COST
+        };
+        let cost = |l: &Loc| l.phys_length as usize + per_record;
+        let total: usize = locs.iter().map(cost).sum();
+        let threads = rayon::current_num_threads().max(1);
+        if threads == 1 || total <= INLINE_COST || locs.len() < 2 {
+            let mut w = self.worker();
+            for ((d, l), &i) in dsts.iter_mut().zip(locs).zip(indices) {
+                self.read_one(st, &mut w, i, l, d)?;
+            }
+            return Ok(());
+        }
+        // Cut into jobs of about `target` cost each.
+        let target = total.div_ceil(threads * JOBS_PER_THREAD);
+        let mut jobs = Vec::with_capacity(threads * JOBS_PER_THREAD + 1);
+        let (mut rest_d, mut rest_l, mut rest_i) = (dsts, locs, indices);
+        while !rest_l.is_empty() {
+            let mut acc = 0usize;
+            let mut n = 0usize;
+            while n < rest_l.len() && acc < target {
+                acc += cost(&rest_l[n]);
+                n += 1;
+            }
+            let (d, d2) = std::mem::take(&mut rest_d).split_at_mut(n);
+            let (l, l2) = rest_l.split_at(n);
+            let (i, i2) = rest_i.split_at(n);
+            jobs.push(Mutex::new(Some((d, l, i))));
+            (rest_d, rest_l, rest_i) = (d2, l2, i2);
+        }
+        // The calling thread works through the jobs at once, taking them in
+        // order from a shared counter, while `threads - 1` helpers spawned
+        // on the pool join in as soon as they wake: a caller outside the
+        // pool never sits blocked while a pool thread wakes up to start.
+        let next = AtomicUsize::new(0);
+        let failed: Mutex<Option<Error>> = Mutex::new(None);
+        let stop = AtomicBool::new(false);
+        let run = || {
+            let mut w = self.worker();
+            loop {
+                let j = next.fetch_add(1, Ordering::Relaxed);
+                if j >= jobs.len() || stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let job = jobs[j].lock().unwrap_or_else(|e| e.into_inner()).take();
+                let Some((ds, ls, ix)) = job else { continue };
+                for ((d, l), &i) in ds.iter_mut().zip(ls).zip(ix) {
+                    if let Err(e) = self.read_one(st, &mut w, i, l, d) {
+                        stop.store(true, Ordering::Relaxed);
+                        failed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                }
+            }
+        };
+        rayon::in_place_scope(|s| {
+            for _ in 1..threads.min(jobs.len()) {
+                s.spawn(|_| run());
+            }
+            run();
+        });
+        match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     fn worker(&self) -> Worker<'_> {
         Worker {
+            codec: &self.codec,
             dctx: None,
             staging: Vec::new(),
             bounce: None,
@@ -181,10 +308,10 @@ impl Engine {
 
     /// Reads (and decodes) one record into `dst`, whose length is the
     /// record's decoded length.
-    fn read_one<'e>(
-        &'e self,
+    fn read_one(
+        &self,
         st: &State,
-        w: &mut Worker<'e>,
+        w: &mut Worker<'_>,
         index: u64,
         loc: &Loc,
         dst: &mut [u8],
@@ -213,15 +340,14 @@ impl Engine {
                 &w.staging
             }
         };
-        if w.dctx.is_none() {
-            w.dctx = Some(self.codec.decompressor().map_err(|e| {
-                Error::InvalidArgument(format!("cannot create a zstd context: {e}"))
-            })?);
-        }
-        let dctx = w.dctx.as_mut().expect("set above");
+        let mut dctx = match w.dctx.take() {
+            Some(d) => d,
+            None => self.codec.take_dctx()?,
+        };
         // The destination is exactly the recorded length, so a frame can
         // never decode into more than that.
-        let n = dctx.decompress_to_buffer(src, dst).map_err(|e| {
+        let n = self.codec.decompress(&mut dctx, src, dst).map_err(|e| {
+            // The context is dropped, not pooled, after a failed frame.
             Error::corrupted(
                 &h.path,
                 format!(
@@ -230,6 +356,7 @@ impl Engine {
                 ),
             )
         })?;
+        w.dctx = Some(dctx);
         if n != dst.len() {
             return Err(Error::corrupted(
                 &h.path,
@@ -241,6 +368,20 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Carves `dst` into one slice per record: `offsets[k]..offsets[k + 1]`,
+/// relative to `offsets[0]` at the start of `dst` (nondecreasing, ending
+/// within `dst`: checked by the callers).
+fn carve<'d>(dst: &'d mut [u8], offsets: &[usize]) -> Vec<&'d mut [u8]> {
+    let mut slices: Vec<&mut [u8]> = Vec::with_capacity(offsets.len().saturating_sub(1));
+    let mut rest = dst;
+    for w in offsets.windows(2) {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(w[1] - w[0]);
+        slices.push(head);
+        rest = tail;
+    }
+    slices
 }
 
 /// Positional read into `dst`; an unaligned destination goes through a
@@ -268,8 +409,80 @@ fn pread_into(
     Ok(())
 }
 
-/// Records per parallel job: contiguous blocks, a few per thread.
-fn block_len(n: usize) -> usize {
-    let jobs = rayon::current_num_threads().max(1) * 4;
-    n.div_ceil(jobs).max(1)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{CreateOptions, train_dictionary};
+
+    /// Records of 1..=`max` bytes, compressible, different per index.
+    fn records(n: usize, max: usize) -> (Vec<u8>, Vec<usize>) {
+        let mut data = Vec::new();
+        let mut offsets = vec![0];
+        for i in 0..n {
+            let len = 1 + (i * 7919) % max;
+            data.extend((0..len).map(|j| ((i + j / 3) % 251) as u8));
+            offsets.push(data.len());
+        }
+        (data, offsets)
+    }
+
+    /// Small gathers (run on the caller) and large ones (parallel jobs
+    /// sized by stored bytes), repeated so pooled zstd contexts are reused,
+    /// with and without a dictionary, all agree with what was appended.
+    #[test]
+    fn packed_gathers_match_inline_and_parallel_with_pooled_contexts() {
+        let (data, offsets) = records(600, 3000);
+        let dict = train_dictionary(
+            &data,
+            &offsets.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>(),
+            4096,
+        )
+        .unwrap();
+        for opts in [
+            CreateOptions::new(Codec::Raw),
+            CreateOptions::new(Codec::Zstd),
+            CreateOptions::with_dictionary(dict),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let e = Engine::create(dir.path().join("s"), &opts).unwrap();
+            e.append_var(&data, &offsets).unwrap();
+            for picks in [vec![5u64, 3], (0..600u64).rev().step_by(2).collect()] {
+                for _ in 0..3 {
+                    let (mut offs, mut buf) = (Vec::new(), Vec::new());
+                    e.gather_packed(&picks, &mut offs, |o| {
+                        buf.resize(o[o.len() - 1], 0);
+                        Ok::<_, Error>(&mut buf[..])
+                    })
+                    .unwrap();
+                    for (k, &i) in picks.iter().enumerate() {
+                        let i = i as usize;
+                        assert_eq!(
+                            &buf[offs[k]..offs[k + 1]],
+                            &data[offsets[i]..offsets[i + 1]]
+                        );
+                    }
+                }
+            }
+            assert!(e.codec.dctx_pool_len() <= rayon::current_num_threads());
+        }
+    }
+
+    /// A destination shorter than the records is refused before any read,
+    /// and so is an index past the end.
+    #[test]
+    fn packed_gather_checks_destination_and_range() {
+        let (data, offsets) = records(10, 100);
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::create(dir.path().join("s"), &CreateOptions::new(Codec::Zstd)).unwrap();
+        e.append_var(&data, &offsets).unwrap();
+        let mut offs = Vec::new();
+        let mut short = [0u8; 1];
+        let r = e.gather_packed(&[0, 1], &mut offs, |_| Ok::<_, Error>(&mut short[..]));
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        let r = e.gather_packed(&[10], &mut offs, |_| Ok::<_, Error>(&mut short[..]));
+        assert!(
+            matches!(r, Err(Error::IndexOutOfRange { index: 10, len: 10 })),
+            "{r:?}"
+        );
+    }
 }

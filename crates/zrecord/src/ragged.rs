@@ -244,66 +244,67 @@ impl RaggedCore {
     pub fn gather_into(&self, indices: &[u64], out: &mut RaggedBatch) -> Result<()> {
         self.check_range(indices)?;
         let n = indices.len();
-        out.clear(self.dtype.clone());
-        // Shape records first, then payloads: shape records are multiples
-        // of 8 bytes, so the payload section starts 8-aligned.
-        out.phys.clear();
-        out.phys.extend(indices.iter().map(|&i| 2 * i + 1));
-        out.phys.extend(indices.iter().map(|&i| 2 * i));
-        out.lens.clear();
-        out.lens.resize(2 * n, 0);
-        self.engine.record_lengths(&out.phys, &mut out.lens, None)?;
+        out.clear(&self.dtype);
         let corrupted = |k: usize, detail: String| Error::Corrupted {
             path: self.path().to_path_buf(),
             index: indices[k],
             detail,
         };
-        out.goffs.clear();
-        out.goffs.push(0);
-        let mut at = 0usize;
-        for (k, &l) in out.lens.iter().enumerate() {
-            if k < n && (l < 8 || l % 8 != 0) {
-                return Err(corrupted(
-                    k,
-                    format!("shape record of {l} bytes is not a u64 rank plus dims"),
-                ));
+        // Shape records first, then payloads: shape records are multiples
+        // of 8 bytes (checked from the table before any I/O), so every
+        // shape record and the payload section start 8-aligned.
+        let RaggedBatch {
+            buf,
+            payload_start,
+            data_len,
+            offsets,
+            dims,
+            dim_offsets,
+            phys,
+            goffs,
+            ..
+        } = out;
+        phys.clear();
+        phys.extend(indices.iter().map(|&i| 2 * i + 1));
+        phys.extend(indices.iter().map(|&i| 2 * i));
+        self.engine.gather_packed(phys, goffs, |goffs| {
+            for (k, w) in goffs[..=n].windows(2).enumerate() {
+                let l = w[1] - w[0];
+                if l < 8 || l % 8 != 0 {
+                    return Err(corrupted(
+                        k,
+                        format!("shape record of {l} bytes is not a u64 rank plus dims"),
+                    ));
+                }
             }
-            at = usize::try_from(l)
-                .ok()
-                .and_then(|l| at.checked_add(l))
-                .ok_or_else(|| Error::Overflow {
-                    context: store::context(self.path()),
-                    detail: format!("a batch of {n} records"),
-                })?;
-            out.goffs.push(at);
-        }
-        let words = at.div_ceil(8);
-        if out.buf.len() < words {
-            out.buf.resize(words, 0);
-        }
-        let dst = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut out.buf)[..at];
-        self.engine.gather_var(&out.phys, dst, &out.goffs)?;
-        let bytes: &[u8] = bytemuck::cast_slice(&out.buf);
-        let itemsize = self.dtype.itemsize();
-        out.payload_start = out.goffs[n];
-        out.offsets.clear();
-        out.offsets.push(0);
+            let at = goffs[2 * n];
+            let words = at.div_ceil(8);
+            if buf.len() < words {
+                buf.resize(words, 0);
+            }
+            Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(buf)[..at])
+        })?;
+        let itemsize = self.dtype.itemsize() as u64;
+        let start = goffs[n];
         for k in 0..n {
-            let raw = &bytes[out.goffs[k]..out.goffs[k + 1]];
-            let word = |j: usize| u64::from_le_bytes(raw[8 * j..8 * j + 8].try_into().expect("8"));
-            let rank = word(0);
-            let have = raw.len() / 8 - 1;
+            // Aligned: every shape record starts and ends on a multiple of 8.
+            let rec = &buf[goffs[k] / 8..goffs[k + 1] / 8];
+            let rank = u64::from_le(rec[0]);
+            let have = rec.len() - 1;
             if rank != have as u64 {
                 return Err(corrupted(
                     k,
                     format!("shape record claims rank {rank} but holds {have} dims"),
                 ));
             }
-            let dims_at = out.dims.len();
-            out.dims.extend((1..=have).map(word));
-            let shape = &out.dims[dims_at..];
-            let payload = out.lens[n + k];
-            let expected = store::nbytes(shape, itemsize);
+            let dims_at = dims.len();
+            dims.extend(rec[1..].iter().map(|&d| u64::from_le(d)));
+            let shape = &dims[dims_at..];
+            let payload = (goffs[n + k + 1] - goffs[n + k]) as u64;
+            let expected = match shape {
+                [d] => d.checked_mul(itemsize),
+                _ => store::nbytes(shape, itemsize as usize),
+            };
             if expected != Some(payload) {
                 return Err(corrupted(
                     k,
@@ -312,10 +313,11 @@ impl RaggedCore {
                     ),
                 ));
             }
-            out.dim_offsets.push(out.dims.len());
-            out.offsets.push(out.goffs[n + k + 1] - out.payload_start);
+            dim_offsets.push(dims.len());
+            offsets.push(goffs[n + k + 1] - start);
         }
-        out.data_len = at - out.payload_start;
+        *payload_start = start;
+        *data_len = goffs[2 * n] - start;
         Ok(())
     }
 
@@ -436,7 +438,6 @@ pub struct RaggedBatch {
     dim_offsets: Vec<usize>,
     dtype: Option<DType>,
     phys: Vec<u64>,
-    lens: Vec<u64>,
     goffs: Vec<usize>,
 }
 
@@ -450,7 +451,7 @@ impl RaggedBatch {
         }
     }
 
-    fn clear(&mut self, dtype: DType) {
+    fn clear(&mut self, dtype: &DType) {
         self.payload_start = 0;
         self.data_len = 0;
         self.offsets.clear();
@@ -458,7 +459,9 @@ impl RaggedBatch {
         self.dims.clear();
         self.dim_offsets.clear();
         self.dim_offsets.push(0);
-        self.dtype = Some(dtype);
+        if self.dtype.as_ref() != Some(dtype) {
+            self.dtype = Some(dtype.clone());
+        }
     }
 
     /// Number of records.
