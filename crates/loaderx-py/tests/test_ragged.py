@@ -144,3 +144,23 @@ def test_ragged_read_only_and_busy():
         np.testing.assert_array_equal(ro[0], [0, 1, 2])
         with pytest.raises(PermissionError):
             ro.append([np.arange(3, dtype=np.int32)])
+
+
+def test_gathered_records_outlive_the_batch_and_store():
+    # Each record is a view into one packed buffer made by the native
+    # gather: it must stay valid (and writeable, like the reference's) after
+    # the list, the other records and the store are gone, and two gathers
+    # must never share memory.
+    rng = np.random.default_rng(5)
+    recs = records(rng, 40, np.float64)
+    with RaggedStore("r", np.float64, codec="zstd") as rs:
+        rs.append(recs)
+        keep = rs[[3, 7, 7, 38]][2]
+        again = rs[[7]][0]
+    import gc
+    gc.collect()
+    np.testing.assert_array_equal(keep, recs[7])
+    assert keep.flags.writeable and keep.flags.c_contiguous
+    keep[...] = -1
+    np.testing.assert_array_equal(again, recs[7])
+    assert not np.shares_memory(keep, again)

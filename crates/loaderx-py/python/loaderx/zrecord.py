@@ -399,9 +399,5 @@ class RaggedStore(_Base):
         idxs = self._idxs(idxs)
         if idxs.size == 0:
             return []
-        buf, offsets, shapes = core.gather(idxs)
-        dtype = self.dtype
-        out = []
-        for k, shape in enumerate(shapes):
-            out.append(buf[offsets[k]:offsets[k + 1]].view(dtype).reshape(shape))
-        return out
+        # One packed buffer; each record a view of it with its own shape.
+        return core.gather(idxs, self.dtype)
