@@ -289,7 +289,7 @@ class WriteWorker:
         with DenseStore(path) as ds:
             assert ds[[0, len(self.data) - 1]].tobytes() == self.data[[0, -1]].tobytes()
         shutil.rmtree(path)
-        return {"s": wall, "cpu": cpu / wall, "MiBs": self.data.nbytes / wall / MiB}
+        return {"s": wall, "cpu_s": cpu, "cpu": cpu / wall, "MiBs": self.data.nbytes / wall / MiB}
 
 
 class RaggedWorker:
@@ -556,10 +556,12 @@ def main():
                 m = {k: median([r["MiBs"] for r in v]) for k, v in res.items()}
                 cpu = {k: median([r["cpu"] for r in v]) for k, v in res.items()}
                 ratio = median([r["s"] / o["s"] for r, o in zip(res["ref"], res["ours"])])
+                cpu_ratio = median([r["cpu_s"] / o["cpu_s"] for r, o in zip(res["ref"], res["ours"])])
                 emit(f"zstd_dict write {kib} KiB (16 MiB per round, same dictionary, level 19)",
                      "MiB/s", m["ref"], m["ours"], ratio,
-                     f"CPU busy: ref {cpu['ref']:.2f}, ours {cpu['ours']:.2f} cores",
-                     cpu_ref=cpu["ref"], cpu_ours=cpu["ours"])
+                     f"CPU busy: ref {cpu['ref']:.2f}, ours {cpu['ours']:.2f} cores; "
+                     f"CPU seconds ref / ours {cpu_ratio:.2f}",
+                     cpu_ref=cpu["ref"], cpu_ours=cpu["ours"], cpu_ratio=cpu_ratio)
                 for s in srv.values():
                     s.close()
             elif kind == "ragged":
