@@ -141,6 +141,32 @@ fn main() {
         );
         return;
     }
+    // `--pool-cost`: what `threads: n` costs when n is not the current
+    // pool's size (loadtxt then builds an n-thread pool for the call), on a
+    // small text where it would show.
+    if args.iter().any(|a| a == "--pool-cost") {
+        let text = "1.5,2.25,-3.125\n".repeat(1000);
+        let cur = rayon::current_num_threads();
+        for n in [0, cur, cur + 1] {
+            let opts = LoadTxtOptions {
+                delimiter: Some(b','),
+                threads: n,
+                ..Default::default()
+            };
+            let (t, _) = best(5, || {
+                let s = Instant::now();
+                for _ in 0..200 {
+                    zrecord::text::loadtxt_bytes::<f64>(text.as_bytes(), &opts).unwrap();
+                }
+                s.elapsed()
+            });
+            println!(
+                "threads {n} (current pool {cur}): {:.1} us per call (16 kB text)",
+                t / 200.0 * 1e6
+            );
+        }
+        return;
+    }
     let (ws_rows, csv_rows, npy_elems, repeats) = if quick {
         (200_000, 20_000, 32 << 20, 2)
     } else {
