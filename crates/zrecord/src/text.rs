@@ -1071,12 +1071,16 @@ fn parse_chunk<T: TextFloat, const V3: bool>(
     // (aligned columns, CRLF, comments, exponents) the next 32 rows go
     // straight to `fast_row`, so texts it never serves waste little.
     let mut backoff = if c.fast { 0u32 } else { u32::MAX };
+    // The AVX2 rows split at every separator before parsing, where the
+    // other parsers read a number first: they differ when the delimiter
+    // can be part of a number, which the AVX2 rows leave to the others.
+    let v3 = V3 && !matches!(cfg.delim, Some(b'0'..=b'9' | b'.' | b'+' | b'-'));
     while r < c.take && p < e {
         let row = &mut out[r * nout..(r + 1) * nout];
         if backoff == 0 {
             #[cfg(target_arch = "x86_64")]
-            let indexed = if V3 {
-                // SAFETY: `V3` is set only by `parse_chunk_v3`, whose
+            let indexed = if v3 {
+                // SAFETY: `v3` implies `V3`, set only by `parse_chunk_v3`, whose
                 // callers check that the CPU has AVX2 and BMI2 (the
                 // features `v3::indexed_row` is compiled for).
                 // The whole text, not just the chunk, backs its 80-byte
@@ -1715,6 +1719,70 @@ mod tests {
                 (Ok(a), Ok(b)) => assert_eq!(a, b, "{t:?}"),
                 (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{t:?}"),
                 (a, b) => panic!("{t:?}: {a:?} vs {b:?}"),
+            }
+        }
+    }
+
+    /// The chunk parser over all of `text` with delimiter `d`, built for
+    /// `V3` or not: the rows' values, or the error's words.
+    fn chunk_parse<const V3: bool>(text: &str, d: u8) -> std::result::Result<Vec<f64>, String> {
+        let opts = LoadTxtOptions {
+            delimiter: Some(d),
+            ..Default::default()
+        };
+        let bytes = text.as_bytes();
+        let path = Path::new("<memory>");
+        let lay = layout(path, bytes, &opts).unwrap().unwrap();
+        let cfg = lay.cfg(&opts);
+        let take = count_rows(&bytes[lay.first..], cfg.comment);
+        let mut out = vec![MaybeUninit::<f64>::uninit(); take * lay.nout];
+        let chunk = Chunk {
+            path,
+            bytes,
+            span: (lay.first, bytes.len()),
+            take,
+            nout: lay.nout,
+            cfg: &cfg,
+            fast: true,
+        };
+        let rows = if V3 {
+            // SAFETY: only called when the CPU has AVX2 and BMI2.
+            unsafe { parse_chunk_v3(&chunk, &mut out) }
+        } else {
+            parse_chunk::<f64, false>(&chunk, &mut out)
+        }
+        .map_err(|e| e.to_string())?;
+        assert_eq!(rows, take);
+        // SAFETY: every row parsed wrote all its slots.
+        Ok(out.iter().map(|v| unsafe { v.assume_init() }).collect())
+    }
+
+    #[test]
+    fn delimiters_that_numbers_contain_parse_as_before() {
+        // A delimiter byte that can be part of a number: the AVX2 rows
+        // (which split at separators first) must leave these to the other
+        // parsers (which read a number first), whatever those decide.
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("bmi2")
+        {
+            let texts = [
+                (b'.', "1.5.2\n3.25.4\n"),
+                (b'.', "1.2\n3.4\n"),
+                (b'-', "1-2-3\n4-5-6\n"),
+                (b'-', "1--2\n3--4\n"),
+                (b'+', "1+2\n3++4\n"),
+                (b'1', "213\n415\n"),
+                (b'5', "152\n354\n"),
+                (b',', "1.5,2\n3,4\n"),
+            ];
+            for (d, t) in texts {
+                let text = t.repeat(50);
+                assert_eq!(
+                    chunk_parse::<true>(&text, d),
+                    chunk_parse::<false>(&text, d),
+                    "{t:?}"
+                );
             }
         }
     }
