@@ -288,6 +288,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             s * 1e6 / count as f64,
             cpu * 1e6 / count as f64
         );
+        // The one-thread memory ceiling on the same batches, same count.
+        let (mut out, mut offs) = (Vec::new(), Vec::new());
+        let cpu0 = cpu_seconds();
+        let t0 = Instant::now();
+        for k in 0..count {
+            packed.gather_serial(&batches[k % batches.len()], &mut out, &mut offs);
+            black_box(&out);
+        }
+        let s = t0.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - cpu0;
+        println!(
+            "profile ceiling (memory, 1 thread): {:.1} us wall and {:.1} us CPU per batch",
+            s * 1e6 / count as f64,
+            cpu * 1e6 / count as f64
+        );
         return Ok(());
     }
     // Second ceiling for zstd: the same records as level-3 frames in
