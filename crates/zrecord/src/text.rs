@@ -6,7 +6,9 @@
 //! chunk, prefix sums give each chunk its first output row, and a second
 //! parallel pass parses each chunk straight into its rows of the one output
 //! buffer. Nothing is allocated per row or per token; numbers are parsed by
-//! `fast-float2` (correctly rounded, for `f32` directly to `f32`).
+//! `fast-float2` (correctly rounded, for `f32` directly to `f32`), plain
+//! short decimals by exact fast paths that give the same bits (on x86-64
+//! CPUs with AVX2, a vector row parser: `text/v3.rs`).
 //!
 //! Accepted text, as `numpy.loadtxt` accepts it: fields separated by any run
 //! of spaces/tabs (the default) or by one delimiter byte (then spaces around
@@ -1074,18 +1076,19 @@ fn parse_chunk<T: TextFloat, const V3: bool>(
     // The AVX2 rows split at every separator before parsing, where the
     // other parsers read a number first: they differ when the delimiter
     // can be part of a number, which the AVX2 rows leave to the others.
+    #[cfg(target_arch = "x86_64")]
     let v3 = V3 && !matches!(cfg.delim, Some(b'0'..=b'9' | b'.' | b'+' | b'-'));
     while r < c.take && p < e {
         let row = &mut out[r * nout..(r + 1) * nout];
         if backoff == 0 {
             #[cfg(target_arch = "x86_64")]
             let indexed = if v3 {
-                // SAFETY: `v3` implies `V3`, set only by `parse_chunk_v3`, whose
-                // callers check that the CPU has AVX2 and BMI2 (the
-                // features `v3::indexed_row` is compiled for).
                 // The whole text, not just the chunk, backs its 80-byte
                 // windows: the row still ends at its newline, at or
                 // before `e`, so only the text's last row falls back.
+                // SAFETY: `v3` implies `V3`, set only by `parse_chunk_v3`,
+                // whose callers check that the CPU has AVX2 and BMI2 (the
+                // features `v3::indexed_row` is compiled for).
                 unsafe { v3::indexed_row(bytes, p, cfg.delim.unwrap_or(b' '), row) }
             } else {
                 indexed_row(&bytes[..e], p, cfg, row)
