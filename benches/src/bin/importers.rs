@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p benches --bin importers [-- --quick] [--threads N]
 //!     [--rounds N] [--text-only] [--no-peers]
-//! cargo run --release -p benches --bin importers -- --parse FILE [--delimiter C] [--threads N]
+//! cargo run --release -p benches --bin importers -- --parse FILE [--delimiter C] [--threads N] [--save OUT.npy]
 //! ```
 //!
 //! Our readers and the peers alternate for `--rounds` rounds (default 3, 1
@@ -139,6 +139,14 @@ fn main() {
             a.shape(),
             checksum(&a)
         );
+        // `--save OUT.npy`: the parsed array, to compare with other readers.
+        if let Some(out) = args
+            .iter()
+            .position(|a| a == "--save")
+            .map(|i| &args[i + 1])
+        {
+            zrecord::npy::write(out, &a.into_dyn()).unwrap();
+        }
         return;
     }
     // `--pool-cost`: what `threads: n` costs when n is not the current
