@@ -11,11 +11,11 @@
 //! `None` and the caller's slower parsers decide.
 
 use std::arch::x86_64::{
-    __m128i, __m256i, _mm_cmpeq_epi8, _mm_cvtsi128_si64, _mm_madd_epi16, _mm_maddubs_epi16,
-    _mm_movemask_epi8, _mm_packus_epi32, _mm_set1_epi8, _mm_setr_epi8, _mm_setr_epi16,
-    _mm_shuffle_epi8, _mm_sub_epi8, _mm_subs_epu8, _mm_testz_si128, _mm256_cmpeq_epi8,
-    _mm256_extract_epi64, _mm256_movemask_epi8, _mm256_or_si256, _mm256_sad_epu8, _mm256_set1_epi8,
-    _mm256_setzero_si256, _mm256_sub_epi8, _mm256_testz_si256,
+    __m128i, __m256i, _mm_adds_epu8, _mm_cmpeq_epi8, _mm_cvtsi128_si64, _mm_madd_epi16,
+    _mm_maddubs_epi16, _mm_movemask_epi8, _mm_packus_epi32, _mm_set1_epi8, _mm_setr_epi8,
+    _mm_setr_epi16, _mm_shuffle_epi8, _mm_sub_epi8, _mm256_cmpeq_epi8, _mm256_extract_epi64,
+    _mm256_movemask_epi8, _mm256_or_si256, _mm256_sad_epu8, _mm256_set1_epi8, _mm256_setzero_si256,
+    _mm256_sub_epi8, _mm256_testz_si256,
 };
 use std::mem::MaybeUninit;
 
@@ -116,7 +116,9 @@ pub(super) fn field<T: TextFloat>(w: &[u8; 80], start: usize, end: usize) -> Opt
     // aligned after leading zeros. Only digits leave every lane at 0..=9:
     // any other byte (a second dot too) leaves a lane above 9.
     let d = _mm_shuffle_epi8(v, shuffle);
-    if _mm_testz_si128(_mm_subs_epu8(d, _mm_set1_epi8(9)), _mm_set1_epi8(-1)) == 0 {
+    // Adding 118 with saturation sets a lane's top bit exactly when it
+    // was above 9.
+    if _mm_movemask_epi8(_mm_adds_epu8(d, _mm_set1_epi8(118))) != 0 {
         return None;
     }
     // 16 digits -> 8 pairs -> 4 quads -> 2 octets (most significant first).
