@@ -13,6 +13,10 @@
 //! figure on a shared machine.
 //!
 //! Run: `cargo run --release -p benches --bin ragged_gather [-- --quick]`.
+//! `-- --profile raw|zstd [batches]` builds only that store and runs a
+//! fixed number of gathers, then the one-thread memory ceiling on the same
+//! batches, printing wall and CPU time per batch (for perf / callgrind, and
+//! for comparing builds by CPU time on a loaded machine).
 //! The stores (about 130 MiB each) live in `$TMPDIR` and are removed
 //! afterwards; they are read from the page cache.
 
@@ -113,6 +117,53 @@ fn paired_ratio(
         .collect();
     ratios.sort_by(f64::total_cmp);
     ratios[rounds / 2]
+}
+
+thread_local! {
+    /// One zstd context per thread, kept across gathers.
+    static DCTX: std::cell::RefCell<zstd::bulk::Decompressor<'static>> =
+        std::cell::RefCell::new(zstd::bulk::Decompressor::new().unwrap());
+}
+
+/// The zstd ceiling: the batch's records as level-3 frames held in memory,
+/// decoded on every core (a few blocks per thread, one kept context per
+/// thread) into one buffer at per-record offsets.
+fn gather_frames(
+    frames: &[Vec<u8>],
+    byte_offsets: &[usize],
+    b: &[u64],
+    out: &mut Vec<u8>,
+    offs: &mut Vec<usize>,
+) {
+    offs.clear();
+    offs.push(0);
+    for &i in b {
+        let i = i as usize;
+        offs.push(offs.last().unwrap() + byte_offsets[i + 1] - byte_offsets[i]);
+    }
+    let total = *offs.last().unwrap();
+    if out.len() < total {
+        out.resize(total, 0);
+    }
+    let mut slices: Vec<&mut [u8]> = Vec::with_capacity(b.len());
+    let mut rest = &mut out[..total];
+    for w in offs.windows(2) {
+        let (h, tl) = std::mem::take(&mut rest).split_at_mut(w[1] - w[0]);
+        slices.push(h);
+        rest = tl;
+    }
+    let block = b.len().div_ceil(rayon::current_num_threads() * 4).max(1);
+    slices
+        .par_chunks_mut(block)
+        .zip(b.par_chunks(block))
+        .for_each(|(ds, ix)| {
+            DCTX.with_borrow_mut(|dc| {
+                for (d, &i) in ds.iter_mut().zip(ix) {
+                    dc.decompress_to_buffer(&frames[i as usize], &mut d[..])
+                        .unwrap();
+                }
+            })
+        });
 }
 
 /// User + system CPU seconds of this process so far (all threads), from
@@ -312,36 +363,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|i| zstd::bulk::compress(&bytes[byte_offsets[i]..byte_offsets[i + 1]], 3).unwrap())
         .collect();
     let zstd_ceiling = measure(&batches, t, |b| {
-        offs.clear();
-        offs.push(0);
-        for &i in b {
-            let i = i as usize;
-            offs.push(offs.last().unwrap() + byte_offsets[i + 1] - byte_offsets[i]);
-        }
-        let total = *offs.last().unwrap();
-        if out.len() < total {
-            out.resize(total, 0);
-        }
-        let mut slices: Vec<&mut [u8]> = Vec::with_capacity(b.len());
-        let mut rest = &mut out[..total];
-        for w in offs.windows(2) {
-            let (h, tl) = std::mem::take(&mut rest).split_at_mut(w[1] - w[0]);
-            slices.push(h);
-            rest = tl;
-        }
-        let block = b.len().div_ceil(rayon::current_num_threads() * 4).max(1);
-        slices
-            .par_chunks_mut(block)
-            .zip(b.par_chunks(block))
-            .for_each_init(
-                || zstd::bulk::Decompressor::new().unwrap(),
-                |dc, (ds, ix)| {
-                    for (d, &i) in ds.iter_mut().zip(ix) {
-                        dc.decompress_to_buffer(&frames[i as usize], &mut d[..])
-                            .unwrap();
-                    }
-                },
-            );
+        gather_frames(&frames, &byte_offsets, b, &mut out, &mut offs);
         black_box(&out);
     });
     println!(
@@ -419,14 +441,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 black_box(batch.data());
             },
         );
+        // For zstd, also paired against the zstd-frames ceiling.
+        let paired_zstd = (store.codec() != Codec::Raw).then(|| {
+            paired_ratio(
+                &batches,
+                15,
+                t / 15,
+                &mut |b| {
+                    gather_frames(&frames, &byte_offsets, b, &mut out, &mut offs);
+                    black_box(&out);
+                },
+                &mut |b| {
+                    store.gather_into(b, &mut batch).unwrap();
+                    black_box(batch.data());
+                },
+            )
+        });
         println!(
-            "{:<34} {:>12.0} {:>9.2}x {:>9.2}x {:>10.0} {:>8.2}x",
+            "{:<34} {:>12.0} {:>9.2}x {:>9.2}x {:>10.0} {:>8.2}x{}",
             format!("  {}", store.codec().name()),
             ours,
             ours / ceiling,
             ours / zstd_ceiling,
             mib,
-            paired
+            paired,
+            paired_zstd.map_or(String::new(), |p| format!(
+                "  (paired vs zstd frames: {p:.2}x)"
+            ))
         );
         println!(
             "{:<34} {:>12.0} {:>9.2}x",

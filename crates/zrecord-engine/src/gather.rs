@@ -127,7 +127,9 @@ impl Engine {
     /// (decoded lengths from the table, before any I/O), then calls `dst`
     /// with them: it returns a destination of at least the last offset in
     /// bytes (or an error, which aborts the gather before any I/O). Record
-    /// k lands in `dst[offsets[k]..offsets[k + 1]]`.
+    /// k lands in `dst[offsets[k]..offsets[k + 1]]`. `dst` runs while the
+    /// gather holds the store's read lock, so it must not call back into
+    /// this engine.
     ///
     /// ```
     /// use zrecord_engine::{Codec, CreateOptions, Engine};
