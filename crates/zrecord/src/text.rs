@@ -724,6 +724,13 @@ fn after_field(text: &[u8], mut p: usize, cfg: &Cfg) -> Option<After> {
     }
 }
 
+/// Whether `b` can occur inside a number token (digits, sign, dot, and the
+/// letters of exponents and `nan` / `inf` spellings): such a delimiter is
+/// left to [`parse_row`], which splits a line at every delimiter first.
+fn in_number(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-')
+}
+
 /// Counts the fields of a data line.
 fn count_fields(line: &[u8], cfg: &Cfg) -> usize {
     let line = match cfg.comment.and_then(|c| find_byte(line, c)) {
@@ -811,45 +818,26 @@ fn parse_row<T: TextFloat>(
                 None => Some(col),
                 Some(m) => m[col],
             };
-            let field_end = |p: &mut usize| {
-                while *p < n && line[*p] != d && Some(line[*p]) != cfg.comment {
-                    *p += 1;
-                }
-            };
-            match target {
-                Some(t) => {
-                    let parsed = if is_end(p) || line[p] == d {
-                        None
-                    } else {
-                        parse_number::<T>(&line[p..])
-                    };
-                    let ok = match parsed {
-                        Some((v, used)) if used > 0 => {
-                            let mut q = p + used;
-                            while q < n && ws(line[q]) {
-                                q += 1;
-                            }
-                            if is_end(q) || line[q] == d {
-                                out[t].write(v);
-                                p = q;
-                                true
-                            } else {
-                                false
-                            }
-                        }
-                        _ => false,
-                    };
-                    if !ok {
-                        field_end(&mut p);
-                        let mut e = p;
-                        while e > start && ws(line[e - 1]) {
-                            e -= 1;
-                        }
-                        return Err(RowErr::Token(col, start, e));
-                    }
-                }
-                None => field_end(&mut p),
+            // Split first, then parse the whole field (as numpy does): a
+            // delimiter that can be part of a number (`.`, `-`, `e`, a
+            // digit) still separates fields.
+            let mut q = p;
+            while q < n && line[q] != d && Some(line[q]) != cfg.comment {
+                q += 1;
             }
+            let mut e = q;
+            while e > start && ws(line[e - 1]) {
+                e -= 1;
+            }
+            if let Some(t) = target {
+                match parse_number::<T>(&line[start..e]) {
+                    Some((v, used)) if used > 0 && used == e - start => {
+                        out[t].write(v);
+                    }
+                    _ => return Err(RowErr::Token(col, start, e)),
+                }
+            }
+            p = q;
             col += 1;
             if is_end(p) {
                 break;
@@ -1077,7 +1065,7 @@ fn parse_chunk<T: TextFloat, const V3: bool>(
     // other parsers read a number first: they differ when the delimiter
     // can be part of a number, which the AVX2 rows leave to the others.
     #[cfg(target_arch = "x86_64")]
-    let v3 = V3 && !matches!(cfg.delim, Some(b'0'..=b'9' | b'.' | b'+' | b'-'));
+    let v3 = V3 && !cfg.delim.is_some_and(in_number);
     while r < c.take && p < e {
         let row = &mut out[r * nout..(r + 1) * nout];
         if backoff == 0 {
@@ -1223,8 +1211,12 @@ fn parse_span<T: TextFloat>(
         .collect();
     // The fast path skips spaces and tabs around fields, so it cannot serve
     // a whitespace delimiter (where each one separates a field).
-    let fast =
-        cfg.col_map.is_none() && !matches!(cfg.delim, Some(b' ' | b'\t' | b'\r' | 0x0b | 0x0c));
+    // Nor a delimiter that can be part of a number: the fast rows read a
+    // number before looking for a separator, where a field must end at
+    // every delimiter.
+    let fast = cfg.col_map.is_none()
+        && !matches!(cfg.delim, Some(b' ' | b'\t' | b'\r' | 0x0b | 0x0c))
+        && !cfg.delim.is_some_and(in_number);
     loop {
         let total: usize = counts.iter().map(|c| c.0).sum();
         let rows = total.min(max_rows);
@@ -1758,6 +1750,44 @@ mod tests {
         assert_eq!(rows, take);
         // SAFETY: every row parsed wrote all its slots.
         Ok(out.iter().map(|v| unsafe { v.assume_init() }).collect())
+    }
+
+    #[test]
+    fn delimiters_inside_numbers_split_fields_like_numpy() {
+        // Expected values are what numpy.loadtxt 2.x returns for the same
+        // text and delimiter (checked by hand against the reference venv).
+        let ok: [(u8, &str, [f64; 4]); 5] = [
+            (b'+', "1+2\n3+4\n", [1.0, 2.0, 3.0, 4.0]),
+            (b'-', "1-2\n3-4\n", [1.0, 2.0, 3.0, 4.0]),
+            (b'e', "1e5\n2e6\n", [1.0, 5.0, 2.0, 6.0]),
+            (b'.', "1.5\n3.4\n", [1.0, 5.0, 3.0, 4.0]),
+            (b'7', "170\n2 7 3\n", [1.0, 0.0, 2.0, 3.0]),
+        ];
+        for (d, text, want) in ok {
+            let o = LoadTxtOptions {
+                delimiter: Some(d),
+                ..Default::default()
+            };
+            let a = loadtxt_bytes::<f64>(text.repeat(40).as_bytes(), &o).unwrap();
+            assert_eq!(a.dim(), (80, 2), "{text:?}");
+            assert_eq!(a.as_slice().unwrap()[..4], want, "{text:?}");
+        }
+        // An empty field between two delimiters, and `nan` cut by its own
+        // letters, are errors (numpy rejects both).
+        for (d, text) in [
+            (b'+', "1+2\n3++4\n"),
+            (b'a', "nan\n1a2\n"),
+            (b'-', "-1-2\n"),
+        ] {
+            let o = LoadTxtOptions {
+                delimiter: Some(d),
+                ..Default::default()
+            };
+            assert!(
+                loadtxt_bytes::<f64>(text.as_bytes(), &o).is_err(),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]
