@@ -333,6 +333,21 @@ class SamplerWorker:
         return {"s": ours, "numpy_s": ref}
 
 
+def settle(quiet_ms=3.0, every_s=0.05, limit_s=10.0):
+    """Waits until this process's background threads go idle (under
+    `quiet_ms` of CPU per `every_s`): a loader refills its prefetch pipeline
+    after a round, and that refill must not run during the other side's
+    timed round."""
+    end = time.perf_counter() + limit_s
+    last = cpu_s()
+    while time.perf_counter() < end:
+        time.sleep(every_s)
+        now = cpu_s()
+        if (now - last) * 1e3 < quiet_ms:
+            return
+        last = now
+
+
 class LoaderWorker:
     SKIP = 10   # the prefetched batches come out at once: not timed
     TIMED = 30
@@ -343,7 +358,7 @@ class LoaderWorker:
         streams = {"data": DenseStore(os.path.join(path, "data")),
                    "label": DenseStore(os.path.join(path, "label"))}
         self.loader = DataLoader(streams, num_workers=4, batch_size=256)
-        self.loader_round()
+        self.loader_round()  # warm; ends with the pipeline refilled
 
     def loader_round(self):
         it = self.loader
@@ -354,8 +369,9 @@ class LoaderWorker:
             b = next(it)
             assert b["data"].shape == (256, 256 << 10)
             del b
-        return {"s": (time.perf_counter() - t) / self.TIMED,
-                "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        s = (time.perf_counter() - t) / self.TIMED
+        settle()
+        return {"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 WORKERS = {"dense": DenseWorker, "ceiling": CeilingWorker, "write": WriteWorker,

@@ -1,11 +1,12 @@
 """The endless, step-based prefetch loader over a dict of named streams.
 
 ``DataLoader(streams, num_workers=4, batch_size=256, prefetch_size=4, mode=2,
-seed=42, transform=identity)`` behaves like loaderx 1.7.2's: one gather thread
-draws index batches from the sampler and gathers every stream at them (the
-native gather releases the GIL and fans out over every core), ``num_workers``
-threads run ``transform`` (the collate step, on worker threads), the consumer
-iterates forever. A worker exception re-raises in the consumer with its
+seed=42, transform=identity)`` behaves like loaderx 1.7.2's: gather threads
+draw index batches from the sampler and gather every stream at them (the
+native gather releases the GIL and fans out over every core; two such threads
+overlap, so one's tail and Python work hide behind the other's decode),
+``num_workers`` threads run ``transform`` (the collate step, on worker
+threads), the consumer iterates forever. A worker exception re-raises in the consumer with its
 traceback; ``close()`` never hangs on the pipeline's own waits; ``len()``
 raises ``TypeError``.
 
@@ -33,6 +34,7 @@ class _Pipeline:
     DataLoader, so dropping the last DataLoader reference closes the pipeline."""
 
     _POLL = 0.1
+    _GATHERERS = 2
 
     def __init__(self, streams, sampler, transform, num_workers, capacity,
                  ordered, start_step):
@@ -48,8 +50,14 @@ class _Pipeline:
         self.done = {}                # step -> transformed batch
         self.in_flight = 0            # gathered but not yet consumed
         self.next_step = start_step   # next step handed to the consumer
-        self.threads = [threading.Thread(target=self._gather, name="loaderx-gather",
-                                         daemon=True)]
+        self.draw_lock = threading.Lock()  # (step, next()) drawn as one
+        # Two gather threads: while one waits out the tail of its gather (the
+        # last job on one core) or does the Python work around it, the other
+        # keeps every core decoding. Ordered delivery is by step, so batches
+        # still come out in sampler order.
+        self.threads = [threading.Thread(target=self._gather, name=f"loaderx-gather-{i}",
+                                         daemon=True)
+                        for i in range(self._GATHERERS)]
         self.threads += [
             threading.Thread(target=self._work, name=f"loaderx-transform-{i}",
                              daemon=True)
@@ -74,8 +82,9 @@ class _Pipeline:
                     if self.stopped:
                         return
                     self.in_flight += 1
-                step = self.sampler.step
-                idxs = self.sampler.next()
+                with self.draw_lock:
+                    step = self.sampler.step
+                    idxs = self.sampler.next()
                 batch = {name: ds.__getitems__(idxs) for name, ds in self.streams.items()}
                 with self.cond:
                     if self.stopped:
