@@ -2,6 +2,7 @@
 
 Usage: python importers_peers.py THREADS REPEATS ws.txt csv.txt f32.npy
        [--text-only] [--no-numpy-text] [--fast-loadtxt-only]
+       (--fast-loadtxt-only still runs numpy.load unless --text-only)
 Prints one line per measurement: `<peer> <file-tag> <best seconds> <checksum>`.
 A peer that is not installed prints `<peer> <file-tag> missing -`.
 """
@@ -54,5 +55,6 @@ report("fast_loadtxt", "csv", lambda: fast(csv, ","))
 if not only_fast:
     report("pandas.read_csv", "ws", lambda: pandas(ws, None))
     report("pandas.read_csv", "csv", lambda: pandas(csv, ","))
-if "--text-only" not in sys.argv and not only_fast:
+if "--text-only" not in sys.argv:
+    # Every round (like fast_loadtxt): the bench pairs it with its own read.
     report("numpy.load", "npy", lambda: np.load(npy))
