@@ -322,15 +322,23 @@ class SamplerWorker:
 
     def sample(self):
         s, g, b, n = self.s, self.g, self.b, self.n
-        t = time.perf_counter()
-        for _ in range(n):
+        # Warm both first (the worker was idle, waiting for its turn: cold
+        # caches, and on a VM possibly a halted vCPU), then alternate four
+        # slices of each, so neither side always runs first.
+        for _ in range(20):
             s.next()
-        ours = (time.perf_counter() - t) / n
-        t = time.perf_counter()
-        for _ in range(n):
             g.integers(0, 1_000_000, b)
-        ref = (time.perf_counter() - t) / n
-        return {"s": ours, "numpy_s": ref}
+        ours = ref = 0.0
+        for _ in range(4):
+            t = time.perf_counter()
+            for _ in range(n):
+                s.next()
+            ours += time.perf_counter() - t
+            t = time.perf_counter()
+            for _ in range(n):
+                g.integers(0, 1_000_000, b)
+            ref += time.perf_counter() - t
+        return {"s": ours / (4 * n), "numpy_s": ref / (4 * n)}
 
 
 def settle(quiet_ms=3.0, every_s=0.05, limit_s=10.0):
