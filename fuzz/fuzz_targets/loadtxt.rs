@@ -1,5 +1,7 @@
 //! Fuzzes the text parser with every option shape: the first bytes choose
 //! the delimiter, comment byte, skip_rows, usecols, max_rows and chunk size.
+//! Also differential: a small chunk size and one whole-text chunk must give
+//! the same array (bit for bit) or both an error.
 //! Runs inside one persistent 1-thread pool: with `threads: 1` outside such
 //! a pool, every call would start (and drop) a rayon pool, which costs a
 //! thread spawn per execution and makes LeakSanitizer report the workers
@@ -36,6 +38,27 @@ fn run(data: &[u8]) {
         threads: 1,
         chunk_bytes: 1 + (cfg[3] as usize),
     };
-    let _ = loadtxt_bytes::<f64>(text, &opts);
+    let small = loadtxt_bytes::<f64>(text, &opts);
     let _ = loadtxt_bytes::<f32>(text, &opts);
+    // Differential: the chunking (where the row parsers restart, where the
+    // vector rows fall back) must not change the result.
+    let whole = loadtxt_bytes::<f64>(
+        text,
+        &LoadTxtOptions {
+            chunk_bytes: usize::MAX,
+            ..opts
+        },
+    );
+    match (&small, &whole) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a.dim(), b.dim());
+            assert!(
+                a.iter()
+                    .zip(b.iter())
+                    .all(|(x, y)| x.to_bits() == y.to_bits())
+            );
+        }
+        (Err(_), Err(_)) => {}
+        _ => panic!("chunking changed the outcome: {small:?} vs {whole:?}"),
+    }
 }

@@ -1191,7 +1191,7 @@ fn parse_span<T: TextFloat>(
     let mut bounds = vec![first];
     let mut at = first;
     while at < end {
-        let mut cut = (at + target).min(end);
+        let mut cut = at.saturating_add(target).min(end);
         if cut < end {
             cut = match find_byte(&bytes[cut..end], b'\n') {
                 Some(i) => cut + i + 1,
@@ -1757,6 +1757,28 @@ mod tests {
         assert_eq!(rows, take);
         // SAFETY: every row parsed wrote all its slots.
         Ok(out.iter().map(|v| unsafe { v.assume_init() }).collect())
+    }
+
+    #[test]
+    fn any_chunk_size_gives_the_same_array() {
+        // chunk_bytes is the caller's: huge values must not overflow the
+        // chunk arithmetic, and no size may change the result.
+        // (Data starting past offset 0, behind a comment line, is what
+        // made `start + usize::MAX` overflow.)
+        let text = format!("# header\n{}", "1.5,2\n3,4.25\n# c\n\n5,6\n".repeat(30));
+        let at = |chunk_bytes| {
+            let o = LoadTxtOptions {
+                delimiter: Some(b','),
+                chunk_bytes,
+                ..Default::default()
+            };
+            loadtxt_bytes::<f64>(text.as_bytes(), &o).unwrap()
+        };
+        let want = at(0);
+        assert_eq!(want.dim(), (90, 2));
+        for c in [1, 7, 64, 1 << 20, usize::MAX / 2, usize::MAX] {
+            assert_eq!(at(c), want, "chunk_bytes {c}");
+        }
     }
 
     #[test]
