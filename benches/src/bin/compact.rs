@@ -28,21 +28,12 @@ use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig};
 
 const MIB: usize = 1 << 20;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
+use benches::Rng;
 
 fn fill(buf: &mut [u8], seed: u64) {
     let mut r = Rng(seed);
     for c in buf.chunks_mut(8) {
-        let x = r.next().to_le_bytes();
+        let x = r.next_u64().to_le_bytes();
         c.copy_from_slice(&x[..c.len()]);
     }
 }
@@ -177,7 +168,7 @@ fn sizes(mixed: bool, total: usize) -> Vec<usize> {
     let mut sum = 0;
     while sum < total {
         let l = if mixed {
-            4096 + (r.next() as usize % 127) * 4096
+            4096 + (r.next_u64() as usize % 127) * 4096
         } else {
             256 << 10
         };
@@ -228,7 +219,7 @@ fn scenario(name: &str, base: &Path, mixed: bool, total: usize) -> Outcome {
     let mut idx: Vec<u64> = (0..n).collect();
     let mut r = Rng(11);
     for k in (1..idx.len()).rev() {
-        let j = r.next() as usize % (k + 1);
+        let j = r.next_u64() as usize % (k + 1);
         idx.swap(k, j);
     }
     idx.truncate(n as usize / 2);

@@ -14,16 +14,7 @@ use zrecord_engine::{AlignedBuf, Codec, CreateOptions, Engine, EngineConfig, Ope
 
 const BATCH: usize = 256;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
+use benches::Rng;
 
 /// Bytes that zstd level 3 compresses about 3x, image-like: most 64-byte
 /// blocks repeat a recent block with one byte changed, the rest are a noisy
@@ -33,21 +24,21 @@ fn fill(buf: &mut [u8], seed: u64) {
     let mut v = 0u8;
     let blocks = buf.len() / 64;
     for b in 0..blocks {
-        let x = r.next();
+        let x = r.next_u64();
         if b >= 64 && x % 8 < 5 {
             let from = b - 1 - (x >> 8) as usize % 63;
             buf.copy_within(from * 64..from * 64 + 64, b * 64);
             buf[b * 64 + (x >> 20) as usize % 64] ^= (x >> 32) as u8;
         } else {
             for k in 0..64 {
-                let step = (r.next() >> 56) as u8;
+                let step = (r.next_u64() >> 56) as u8;
                 v = v.wrapping_add(if step < 160 { 0 } else { step & 7 });
                 buf[b * 64 + k] = v;
             }
         }
     }
     for byte in &mut buf[blocks * 64..] {
-        *byte = r.next() as u8;
+        *byte = r.next_u64() as u8;
     }
 }
 
@@ -73,7 +64,7 @@ impl Data {
         let mut r = Rng(99);
         let mut offsets = vec![0usize];
         while *offsets.last().unwrap() < total {
-            let l = 1 + (r.next() as usize % max);
+            let l = 1 + (r.next_u64() as usize % max);
             offsets.push(offsets.last().unwrap() + l);
         }
         let mut bytes = vec![0u8; *offsets.last().unwrap()];
@@ -119,7 +110,7 @@ fn batches(data: &Data, count: usize) -> Batches {
     let mut off = Vec::new();
     let mut max_bytes = 0;
     for _ in 0..count {
-        let b: Vec<u64> = (0..BATCH).map(|_| r.next() % data.n() as u64).collect();
+        let b: Vec<u64> = (0..BATCH).map(|_| r.next_u64() % data.n() as u64).collect();
         let mut o = vec![0usize];
         for &i in &b {
             o.push(o.last().unwrap() + data.rec(i as usize).len());

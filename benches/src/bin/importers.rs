@@ -24,25 +24,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use benches::Rng;
 use ndarray::{Array2, ArrayD, IxDyn};
 use zrecord::text::{LoadTxtOptions, loadtxt};
 
-struct Splitmix(u64);
-impl Splitmix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Roughly normal (sum of uniforms), scaled.
-    fn value(&mut self) -> f64 {
-        let s: f64 = (0..4)
-            .map(|_| (self.next() >> 11) as f64 / (1u64 << 53) as f64)
-            .sum();
-        (s - 2.0) * 150.0
-    }
+/// Roughly normal (sum of uniforms), scaled.
+fn value(r: &mut Rng) -> f64 {
+    let s: f64 = (0..4)
+        .map(|_| (r.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+        .sum();
+    (s - 2.0) * 150.0
 }
 
 fn write_text(path: &Path, rows: usize, cols: usize, sep: &str) {
@@ -51,13 +42,13 @@ fn write_text(path: &Path, rows: usize, cols: usize, sep: &str) {
     }
     let tmp = path.with_extension("tmp");
     let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp).unwrap());
-    let mut rng = Splitmix(rows as u64 * 31 + cols as u64);
+    let mut rng = Rng(rows as u64 * 31 + cols as u64);
     for _ in 0..rows {
         for c in 0..cols {
             if c > 0 {
                 w.write_all(sep.as_bytes()).unwrap();
             }
-            write!(w, "{:.6}", rng.value()).unwrap();
+            write!(w, "{:.6}", value(&mut rng)).unwrap();
         }
         w.write_all(b"\n").unwrap();
     }
@@ -70,8 +61,8 @@ fn write_npy(path: &Path, elems: usize) {
     if path.exists() {
         return;
     }
-    let mut rng = Splitmix(elems as u64);
-    let a = ArrayD::from_shape_simple_fn(IxDyn(&[elems / 1024, 1024]), || rng.value() as f32);
+    let mut rng = Rng(elems as u64);
+    let a = ArrayD::from_shape_simple_fn(IxDyn(&[elems / 1024, 1024]), || value(&mut rng) as f32);
     let tmp = path.with_extension("tmp");
     zrecord::npy::write(&tmp, &a).unwrap();
     std::fs::rename(tmp, path).unwrap();

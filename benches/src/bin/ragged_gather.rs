@@ -28,24 +28,7 @@ use zrecord::{Codec, CreateOptions, RaggedBatch, RaggedStore};
 const N: usize = 100_000;
 const BATCH: usize = 256;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    /// Standard normal (Box-Muller).
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.unit(), self.unit());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-}
+use benches::Rng;
 
 /// Token-like sequences: lognormal lengths (median 253, sigma 0.8, clipped
 /// to 16..2048), values skewed towards small ids below 32,000, so zstd
@@ -258,7 +241,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut r = Rng(77);
     let batches: Vec<Vec<u64>> = (0..512)
-        .map(|_| (0..BATCH).map(|_| r.next() % N as u64).collect())
+        .map(|_| (0..BATCH).map(|_| r.next_u64() % N as u64).collect())
         .collect();
 
     let packed = Packed {
