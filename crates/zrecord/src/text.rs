@@ -51,7 +51,9 @@ mod v3;
 /// Options of [`loadtxt`]. `Default` gives NumPy's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadTxtOptions {
-    /// Field separator; `None` splits on runs of spaces and tabs.
+    /// Field separator; `None` splits on runs of spaces and tabs. Every
+    /// occurrence separates two fields, as in NumPy, even a byte that can
+    /// be part of a number (with `b'.'`, `1.5` is the two fields 1 and 5).
     pub delimiter: Option<u8>,
     /// Comment byte: it and the rest of its line are ignored. Default `#`.
     pub comments: Option<u8>,
