@@ -25,9 +25,10 @@ fn example(exe: &str) -> Command {
     cmd
 }
 
-/// A 150-step run exits 0 (the loss halved) and reports full batches.
-pub fn short_run_halves_the_loss(exe: &str, framework: &str) {
-    let out = example(exe).args(["--steps", "150"]).output().unwrap();
+/// Runs `cmd` for 150 steps: it must exit 0 (the loss halved) and end with
+/// a summary of 150 steps of `records` records each.
+fn run_150_steps(mut cmd: Command, framework: &str, records: usize) {
+    let out = cmd.args(["--steps", "150"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -37,31 +38,21 @@ pub fn short_run_halves_the_loss(exe: &str, framework: &str) {
     );
     let summary = stdout.lines().last().unwrap_or_default();
     assert!(
-        summary.starts_with(&format!("{framework}: 150 steps of 64 records")),
+        summary.starts_with(&format!("{framework}: 150 steps of {records} records")),
         "unexpected summary line {summary:?}"
     );
 }
 
+/// A 150-step run exits 0 (the loss halved) and reports full batches.
+pub fn short_run_halves_the_loss(exe: &str, framework: &str) {
+    run_150_steps(example(exe), framework, 64);
+}
+
 /// Rank 1 of 2 trains on its half of every batch.
 pub fn sharded_run_trains_on_its_half_of_each_batch(exe: &str, framework: &str) {
-    let out = example(exe)
-        .args(["--steps", "150"])
-        .env("LOADERX_RANK", "1")
-        .env("LOADERX_WORLD_SIZE", "2")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{stdout}\n{stderr}",
-        out.status
-    );
-    let summary = stdout.lines().last().unwrap_or_default();
-    assert!(
-        summary.starts_with(&format!("{framework}: 150 steps of 32 records")),
-        "unexpected summary line {summary:?}"
-    );
+    let mut cmd = example(exe);
+    cmd.env("LOADERX_RANK", "1").env("LOADERX_WORLD_SIZE", "2");
+    run_150_steps(cmd, framework, 32);
 }
 
 /// Bad arguments exit 2 with a message naming the program.
