@@ -35,6 +35,7 @@
 use std::fs::File;
 use std::mem::MaybeUninit;
 use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ndarray::Array2;
 use rayon::prelude::*;
@@ -894,17 +895,37 @@ fn check_options(opts: &LoadTxtOptions) -> Result<()> {
     Ok(())
 }
 
+/// The pool built for the last thread count asked for that differed from the
+/// current pool's, kept so that repeated calls with the same `threads` do not
+/// start (about 135 us) and tear down a pool each time. At most one is kept.
+static POOL: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+
+/// A pool of `threads` threads: the kept one when its size matches, else a
+/// new one, which replaces it (callers still inside the old one keep it alive
+/// through their `Arc`).
+fn pool_of(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
+    let mut kept = POOL.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((n, pool)) = &*kept
+        && *n == threads
+    {
+        return Ok(Arc::clone(pool));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map(Arc::new)
+        .map_err(|e| Error::invalid(format!("cannot start {threads} threads: {e}")))?;
+    *kept = Some((threads, Arc::clone(&pool)));
+    Ok(pool)
+}
+
 /// Runs `f` in a pool of `opts.threads` threads (the current pool when 0 or
 /// when it already has that many).
 fn in_pool<R: Send>(opts: &LoadTxtOptions, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     if opts.threads == 0 || opts.threads == rayon::current_num_threads() {
         return f();
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.threads)
-        .build()
-        .map_err(|e| Error::invalid(format!("cannot start {} threads: {e}", opts.threads)))?;
-    pool.install(f)
+    pool_of(opts.threads)?.install(f)
 }
 
 fn load<T: TextFloat>(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Array2<T>> {
@@ -1473,6 +1494,28 @@ mod tests {
 
     fn load64(s: &str, o: &LoadTxtOptions) -> Result<Array2<f64>> {
         loadtxt_bytes(s.as_bytes(), o)
+    }
+
+    #[test]
+    fn a_thread_count_reuses_its_pool_and_runs_there() {
+        // A count no test pool has, so the kept pool is this test's.
+        let n = rayon::current_num_threads() + 3;
+        let opts = LoadTxtOptions {
+            threads: n,
+            ..Default::default()
+        };
+        let a = pool_of(n).unwrap();
+        let b = pool_of(n).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "same count, same pool");
+        let seen = in_pool(&opts, || Ok(rayon::current_num_threads())).unwrap();
+        assert_eq!(seen, n);
+        // Another count replaces the kept pool; the old one stays usable by
+        // whoever holds it.
+        let c = pool_of(n + 1).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(a.install(rayon::current_num_threads), n);
+        let arr: Array2<f64> = loadtxt_bytes(b"1 2\n3 4\n", &opts).unwrap();
+        assert_eq!(arr, ndarray::array![[1.0, 2.0], [3.0, 4.0]]);
     }
 
     #[test]
