@@ -6,14 +6,17 @@
 //! plus offsets held in memory (memcpy per record into a reused buffer, on
 //! every core like the store, and on one core for reference). A second
 //! ceiling for zstd decodes the same records, compressed as level-3 frames
-//! held in memory, on every core with one context per thread.
+//! held in memory, on every core with one context per thread; a third, for
+//! the zstd_dict store (dictionary trained on the payloads, balanced tier),
+//! decodes level-19 frames made with that dictionary, one context per thread
+//! with the dictionary loaded once.
 //!
 //! `paired` is the median, over 15 short alternating rounds, of this
 //! gather's rate over the one-thread in-memory ceiling's: the steadier
 //! figure on a shared machine.
 //!
 //! Run: `cargo run --release -p benches --bin ragged_gather [-- --quick]`.
-//! `-- --profile raw|zstd [batches]` builds only that store and runs a
+//! `-- --profile raw|zstd|zstd_dict [batches]` builds only that store and runs a
 //! fixed number of gathers, then the one-thread memory ceiling on the same
 //! batches, printing wall and CPU time per batch (for perf / callgrind, and
 //! for comparing builds by CPU time on a loaded machine).
@@ -23,7 +26,7 @@
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use zrecord::{Codec, CreateOptions, RaggedBatch, RaggedStore};
+use zrecord::{Codec, CreateOptions, DictSource, DictTier, RaggedBatch, RaggedStore, train_dict};
 
 const N: usize = 100_000;
 const BATCH: usize = 256;
@@ -102,16 +105,27 @@ fn paired_ratio(
     ratios[rounds / 2]
 }
 
+/// The zstd_dict store's dictionary, for the dictionary-frames ceiling.
+static DICT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
 thread_local! {
     /// One zstd context per thread, kept across gathers.
     static DCTX: std::cell::RefCell<zstd::bulk::Decompressor<'static>> =
         std::cell::RefCell::new(zstd::bulk::Decompressor::new().unwrap());
+    /// One per thread with [`DICT`] loaded (digested once, used by every
+    /// frame), for the dictionary-frames ceiling.
+    static DCTX_DICT: std::cell::RefCell<zstd::bulk::Decompressor<'static>> =
+        std::cell::RefCell::new(
+            zstd::bulk::Decompressor::with_dictionary(DICT.get().map_or(&[][..], |d| &d[..]))
+                .unwrap(),
+        );
 }
 
-/// The zstd ceiling: the batch's records as level-3 frames held in memory,
-/// decoded on every core (a few blocks per thread, one kept context per
-/// thread) into one buffer at per-record offsets.
+/// The zstd ceiling: the batch's records as frames held in memory, decoded
+/// on every core (a few blocks per thread, one kept context per thread, with
+/// [`DICT`] loaded when `dict`) into one buffer at per-record offsets.
 fn gather_frames(
+    dict: bool,
     frames: &[Vec<u8>],
     byte_offsets: &[usize],
     b: &[u64],
@@ -140,12 +154,17 @@ fn gather_frames(
         .par_chunks_mut(block)
         .zip(b.par_chunks(block))
         .for_each(|(ds, ix)| {
-            DCTX.with_borrow_mut(|dc| {
+            let run = |dc: &mut zstd::bulk::Decompressor<'static>| {
                 for (d, &i) in ds.iter_mut().zip(ix) {
                     dc.decompress_to_buffer(&frames[i as usize], &mut d[..])
                         .unwrap();
                 }
-            })
+            };
+            if dict {
+                DCTX_DICT.with_borrow_mut(run)
+            } else {
+                DCTX.with_borrow_mut(run)
+            }
         });
 }
 
@@ -277,12 +296,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|p| args.get(p + 1).map_or("raw", String::as_str));
     let codecs: &[Codec] = match profiled {
         Some("zstd") => &[Codec::Zstd],
+        Some("zstd_dict") => &[Codec::ZstdDict],
         Some(_) => &[Codec::Raw],
-        None => &[Codec::Raw, Codec::Zstd],
+        None => &[Codec::Raw, Codec::Zstd, Codec::ZstdDict],
     };
+    // The zstd_dict store's dictionary (balanced tier: 128 KiB, trained on a
+    // strided 16 MiB sample of the payloads).
+    let dict = codecs
+        .contains(&Codec::ZstdDict)
+        .then(|| {
+            train_dict(
+                DictSource::records(byte_offsets.windows(2).map(|w| &bytes[w[0]..w[1]])),
+                DictTier::Balanced,
+            )
+        })
+        .transpose()?;
     for &codec in codecs {
         let path = root.path().join(codec.name());
-        let store = RaggedStore::<i32>::create(&path, &CreateOptions::new(codec))?;
+        let opts = match (&dict, codec) {
+            (Some(d), Codec::ZstdDict) => CreateOptions::with_dictionary(d.clone()),
+            _ => CreateOptions::new(codec),
+        };
+        let store = RaggedStore::<i32>::create(&path, &opts)?;
         // Appends of 10,000 records.
         for start in (0..N).step_by(10_000) {
             let end = (start + 10_000).min(N);
@@ -301,7 +336,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         store.sync()?;
         stores.push(store);
     }
-    // `--profile raw|zstd [batches]`: only gather_into on that store, a
+    // `--profile raw|zstd|zstd_dict [batches]`: only gather_into on that store, a
     // fixed number of batches (for perf / callgrind), then exit.
     if let Some(which) = profiled {
         let p = args.iter().position(|a| a == "--profile").unwrap_or(0);
@@ -346,13 +381,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|i| zstd::bulk::compress(&bytes[byte_offsets[i]..byte_offsets[i + 1]], 3).unwrap())
         .collect();
     let zstd_ceiling = measure(&batches, t, |b| {
-        gather_frames(&frames, &byte_offsets, b, &mut out, &mut offs);
+        gather_frames(false, &frames, &byte_offsets, b, &mut out, &mut offs);
         black_box(&out);
     });
     println!(
         "{:<34} {:>12.0} records/s",
         "zstd frames in memory, all threads", zstd_ceiling
     );
+    // Third ceiling for zstd_dict: level-19 frames against the store's
+    // dictionary, in memory, decoded on every core.
+    let dict_frames: Vec<Vec<u8>> = match &dict {
+        Some(d) => {
+            DICT.get_or_init(|| d.clone());
+            (0..N)
+                .into_par_iter()
+                .map_init(
+                    || zstd::bulk::Compressor::with_dictionary(19, d).unwrap(),
+                    |c, i| {
+                        c.compress(&bytes[byte_offsets[i]..byte_offsets[i + 1]])
+                            .unwrap()
+                    },
+                )
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    if !dict_frames.is_empty() {
+        let dict_ceiling = measure(&batches, t, |b| {
+            gather_frames(true, &dict_frames, &byte_offsets, b, &mut out, &mut offs);
+            black_box(&out);
+        });
+        println!(
+            "{:<34} {:>12.0} records/s",
+            "zstd_dict frames in memory, all", dict_ceiling
+        );
+    }
     println!(
         "{:<34} {:>12} {:>10} {:>10} {:>10} {:>9}",
         "zrecord RaggedCore::gather_into",
@@ -424,14 +487,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 black_box(batch.data());
             },
         );
-        // For zstd, also paired against the zstd-frames ceiling.
+        // For zstd, also paired against the zstd-frames ceiling (for
+        // zstd_dict, the dictionary frames).
+        let with_dict = store.codec() == Codec::ZstdDict;
+        let ceiling_frames = if with_dict { &dict_frames } else { &frames };
         let paired_zstd = (store.codec() != Codec::Raw).then(|| {
             paired_ratio(
                 &batches,
                 15,
                 t / 15,
                 &mut |b| {
-                    gather_frames(&frames, &byte_offsets, b, &mut out, &mut offs);
+                    gather_frames(
+                        with_dict,
+                        ceiling_frames,
+                        &byte_offsets,
+                        b,
+                        &mut out,
+                        &mut offs,
+                    );
                     black_box(&out);
                 },
                 &mut |b| {
@@ -449,7 +522,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             mib,
             paired,
             paired_zstd.map_or(String::new(), |p| format!(
-                "  (paired vs zstd frames: {p:.2}x)"
+                "  (paired vs {} frames: {p:.2}x)",
+                if with_dict { "zstd_dict" } else { "zstd" }
             ))
         );
         println!(
