@@ -211,9 +211,10 @@ fn create_options(
     Ok(opts)
 }
 
-fn open_options(read_only: bool) -> OpenOptions {
+fn open_options(read_only: bool, level: Option<i32>) -> OpenOptions {
     OpenOptions {
         read_only,
+        level,
         ..Default::default()
     }
 }
@@ -303,10 +304,10 @@ impl PyDenseCore {
 
     /// Opens an existing store.
     #[staticmethod]
-    #[pyo3(signature = (path, read_only=false))]
-    fn open(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<Self> {
+    #[pyo3(signature = (path, read_only=false, level=None))]
+    fn open(py: Python<'_>, path: PathBuf, read_only: bool, level: Option<i32>) -> PyResult<Self> {
         let core = py
-            .detach(|| DenseCore::open(&path, &open_options(read_only)))
+            .detach(|| DenseCore::open(&path, &open_options(read_only, level)))
             .or_py(py)?;
         Ok(PyDenseCore {
             core: RwLock::new(Some(core)),
@@ -599,10 +600,10 @@ impl PyRaggedCore {
 
     /// Opens an existing store.
     #[staticmethod]
-    #[pyo3(signature = (path, read_only=false))]
-    fn open(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<Self> {
+    #[pyo3(signature = (path, read_only=false, level=None))]
+    fn open(py: Python<'_>, path: PathBuf, read_only: bool, level: Option<i32>) -> PyResult<Self> {
         let core = py
-            .detach(|| RaggedCore::open(&path, &open_options(read_only)))
+            .detach(|| RaggedCore::open(&path, &open_options(read_only, level)))
             .or_py(py)?;
         Ok(PyRaggedCore {
             core: RwLock::new(Some(core)),

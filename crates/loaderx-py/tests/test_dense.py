@@ -253,6 +253,41 @@ def test_compression_level_is_a_creation_argument(level):
         np.testing.assert_array_equal(ds[::-1], data[::-1])
 
 
+@ours_only
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_a_level_given_at_reopen_applies_to_that_handles_appends(kind):
+    from loaderx.zrecord import ReadOnlyStore
+    rng = np.random.default_rng(3)
+    words = [bytes(rng.integers(97, 123, size=rng.integers(2, 9))) for _ in range(300)]
+    text = b" ".join(words[i] for i in rng.integers(0, 300, size=12000))[:65536]
+    rec = np.frombuffer(text, dtype=np.uint8)
+
+    def store(**kw):
+        if kind == "dense":
+            return DenseStore("t", np.uint8, (len(rec),), **kw)
+        return RaggedStore("t", np.uint8, **kw)
+
+    def add(s):
+        s.append(rec[None] if kind == "dense" else [rec])
+        return s.stats()["live_bytes"]
+
+    with store(codec="zstd", level=1) as s:
+        fast = add(s)
+    with store(level=19) as s:
+        slow = add(s) - fast
+    with store() as s:
+        default = add(s) - fast - slow
+        got = s[[0, 1, 2]]
+    # Ragged stores also hold a small shape record per record.
+    assert slow < default < fast, (slow, default, fast)
+    for g in got:
+        np.testing.assert_array_equal(np.asarray(g).reshape(-1), rec)
+    with pytest.raises(ReadOnlyStore):
+        store(read_only=True, level=3)
+    with pytest.raises(ValueError, match="raw"):
+        DenseStore("r", np.uint8, (4,), codec="raw", level=3)
+
+
 def test_large_records_and_batches():
     rng = np.random.default_rng(1)
     data = rng.integers(0, 255, size=(40, 64, 1024), dtype=np.uint8)

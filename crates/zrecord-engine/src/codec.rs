@@ -75,8 +75,9 @@ pub struct CreateOptions {
     /// Dictionary bytes; required for [`Codec::ZstdDict`], refused otherwise.
     pub dictionary: Option<Vec<u8>>,
     /// Compression level for appends through the created handle. `None` uses
-    /// the format's levels (3 for zstd, 19 with a dictionary). The level is
-    /// not stored: a reopened handle uses the format's levels.
+    /// the format's levels (3 for zstd, 19 with a dictionary); a raw store
+    /// takes none. The level is not stored: a reopened handle uses the
+    /// format's levels unless given one (`Engine::set_level`).
     pub level: Option<i32>,
 }
 
@@ -151,6 +152,11 @@ impl std::fmt::Debug for CodecState {
 
 impl CodecState {
     pub fn new(codec: Codec, level: Option<i32>, dictionary: Option<Vec<u8>>) -> Result<Self> {
+        if codec == Codec::Raw && level.is_some() {
+            return Err(Error::InvalidArgument(
+                "codec raw takes no compression level".into(),
+            ));
+        }
         let level = level.unwrap_or(codec.default_level());
         if codec != Codec::Raw && !zstd::compression_level_range().contains(&level) {
             return Err(Error::InvalidArgument(format!(

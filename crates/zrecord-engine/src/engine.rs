@@ -549,6 +549,33 @@ impl Engine {
         self.codec.dictionary.as_deref()
     }
 
+    /// The zstd level appends through this handle compress at: the one
+    /// given at creation or by [`Engine::set_level`], else the format's (3,
+    /// or 19 with a dictionary); 0 for a raw store.
+    pub fn level(&self) -> i32 {
+        match self.codec.codec {
+            Codec::Raw => 0,
+            _ => self.codec.level,
+        }
+    }
+
+    /// Sets the zstd level of later appends through this handle (frames are
+    /// self-describing, so any level reads back the same way). Not stored:
+    /// a reopened handle starts at the format's level again.
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`] on a read-only handle; [`Error::InvalidArgument`]
+    /// for a raw store or a level outside zstd's range.
+    pub fn set_level(&mut self, level: i32) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly {
+                path: self.dir.clone(),
+            });
+        }
+        self.codec = CodecState::new(self.codec.codec, Some(level), self.codec.dictionary.clone())?;
+        Ok(())
+    }
+
     /// Whether this handle was opened [`OpenMode::ReadOnly`].
     pub fn is_read_only(&self) -> bool {
         self.read_only

@@ -267,3 +267,74 @@ fn record_lengths_report_stored_and_decoded() {
     assert_eq!(st.chunk_bytes, st.live_bytes);
     assert_eq!(st.reclaimable, 0);
 }
+
+#[test]
+fn the_level_belongs_to_the_handle_and_can_be_set_after_reopen() {
+    // Text-like bytes (words from a small vocabulary), where a high level
+    // clearly beats a low one.
+    let mut r = Rng(5);
+    let words: Vec<Vec<u8>> = (0..300)
+        .map(|_| {
+            (0..2 + r.next() % 8)
+                .map(|_| b'a' + (r.next() % 26) as u8)
+                .collect()
+        })
+        .collect();
+    let mut text = Vec::new();
+    while text.len() < 64 << 10 {
+        text.extend_from_slice(&words[(r.next() % 300) as usize]);
+        text.push(b' ');
+    }
+    let n = text.len();
+    for codec in [Codec::Zstd, Codec::ZstdDict] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let stored = |e: &Engine, i: u64| {
+            let (mut d, mut s) = ([0u64], [0u64]);
+            e.record_lengths(&[i], &mut d, Some(&mut s)).unwrap();
+            assert_eq!(d[0], n as u64);
+            s[0]
+        };
+        let mut o = options(codec);
+        o.level = Some(1);
+        let e = Engine::create(&path, &o).unwrap();
+        assert_eq!(e.level(), 1);
+        e.append_fixed(&text, n).unwrap();
+        let fast = stored(&e, 0);
+        drop(e);
+        // Reopened: the format's level until told otherwise.
+        let mut e = Engine::open(&path, OpenMode::ReadWrite).unwrap();
+        assert_eq!(e.level(), codec.default_level());
+        e.set_level(19).unwrap();
+        assert_eq!(e.level(), 19);
+        e.append_fixed(&text, n).unwrap();
+        let small = stored(&e, 1);
+        assert!(
+            small < fast,
+            "{codec:?}: level 19 {small} vs level 1 {fast}"
+        );
+        // The same level gives the same frame again.
+        e.set_level(1).unwrap();
+        e.append_fixed(&text, n).unwrap();
+        assert_eq!(stored(&e, 2), fast, "{codec:?}");
+        // A bad level is refused and changes nothing.
+        assert!(matches!(e.set_level(1000), Err(Error::InvalidArgument(_))));
+        assert_eq!(e.level(), 1);
+        assert_matches(&e, &[text.clone(), text.clone(), text.clone()]);
+        drop(e);
+        let mut ro = Engine::open(&path, OpenMode::ReadOnly).unwrap();
+        assert!(matches!(ro.set_level(3), Err(Error::ReadOnly { .. })));
+        assert_matches(&ro, &[text.clone(), text.clone(), text.clone()]);
+    }
+    // A raw store takes no level, at creation or later.
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = CreateOptions::new(Codec::Raw);
+    o.level = Some(3);
+    assert!(matches!(
+        Engine::create(dir.path().join("a"), &o),
+        Err(Error::InvalidArgument(m)) if m.contains("raw")
+    ));
+    let mut e = Engine::create(dir.path().join("b"), &CreateOptions::new(Codec::Raw)).unwrap();
+    assert_eq!(e.level(), 0);
+    assert!(matches!(e.set_level(3), Err(Error::InvalidArgument(_))));
+}

@@ -36,6 +36,10 @@ pub struct OpenOptions {
     pub item_shape: Option<Vec<u64>>,
     /// The codec the store must use.
     pub codec: Option<Codec>,
+    /// The zstd level for appends through this handle (the level is not
+    /// stored; without one, appends use the format's: 3, or 19 with a
+    /// dictionary). Refused for raw stores and read-only handles.
+    pub level: Option<i32>,
 }
 
 impl OpenOptions {
@@ -62,6 +66,12 @@ impl OpenOptions {
     /// Expect `codec`.
     pub fn codec(mut self, codec: Codec) -> Self {
         self.codec = Some(codec);
+        self
+    }
+
+    /// Append at zstd `level` through this handle.
+    pub fn level(mut self, level: i32) -> Self {
+        self.level = Some(level);
         self
     }
 }
@@ -189,7 +199,7 @@ pub(crate) fn open_store(path: &Path, kind: Kind, opts: &OpenOptions) -> Result<
     } else {
         OpenMode::ReadWrite
     };
-    let engine = Engine::open(path, mode)?;
+    let mut engine = Engine::open(path, mode)?;
     if let Some(want) = &opts.dtype
         && *want != identity.dtype
     {
@@ -207,6 +217,9 @@ pub(crate) fn open_store(path: &Path, kind: Kind, opts: &OpenOptions) -> Result<
             stored: engine.codec().name(),
             asked: want.name(),
         });
+    }
+    if let Some(level) = opts.level {
+        engine.set_level(level)?;
     }
     Ok(Opened {
         engine,

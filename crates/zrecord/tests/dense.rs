@@ -276,6 +276,37 @@ fn opening_with_wrong_expectations_names_stored_and_asked() {
 }
 
 #[test]
+fn a_level_given_at_open_applies_to_that_handles_appends() {
+    let dir = tmp();
+    let path = dir.path().join("l");
+    let rows = Array2::from_shape_fn((8, 4096), |(i, j)| ((i * 7 + j / 5) % 13) as u8);
+    drop(DenseStore::<u8>::create(&path, &[4096], &CreateOptions::new(Codec::Zstd)).unwrap());
+    let s = DenseStore::<u8>::open_with(&path, &OpenOptions::default().level(1)).unwrap();
+    assert_eq!(s.core().engine().level(), 1);
+    s.append(rows.view()).unwrap();
+    drop(s);
+    let s = DenseStore::<u8>::open(&path).unwrap();
+    assert_eq!(s.core().engine().level(), 3, "the level is not stored");
+    assert_eq!(s.gather(..).unwrap(), rows.into_dyn());
+    drop(s);
+    // Refused where it cannot apply, with the reason.
+    let m = DenseCore::open(&path, &OpenOptions::read_only().level(1))
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("read-only"), "{m}");
+    let m = DenseCore::open(&path, &OpenOptions::default().level(99))
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("99"), "{m}");
+    let raw = dir.path().join("raw");
+    drop(DenseStore::<u8>::create(&raw, &[4], &CreateOptions::new(Codec::Raw)).unwrap());
+    let m = DenseCore::open(&raw, &OpenOptions::default().level(3))
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("raw"), "{m}");
+}
+
+#[test]
 fn probe_and_failed_creation() {
     let dir = tmp();
     assert_eq!(probe(dir.path().join("none")).unwrap(), None);

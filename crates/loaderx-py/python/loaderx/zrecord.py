@@ -8,8 +8,9 @@
 
 The API, defaults, exception types and on-disk format are those of
 loaderx 1.7.2. Additions: ``read_only=True`` opens an existing store without
-taking the writer lock, ``level=`` picks the zstd level when a compressed store
-is created, and every failure is a precise :class:`ZrecordError` subclass
+taking the writer lock, ``level=`` picks the zstd level of this handle's
+appends (when a compressed store is created or reopened; it is not stored, and
+raw stores and read-only handles refuse one), and every failure is a precise :class:`ZrecordError` subclass
 (``StoreBusy``, ``IndexOutOfRange`` which is also an ``IndexError``, ...).
 """
 
@@ -100,7 +101,7 @@ class _Base:
                 )
             if dict_bytes is not None:
                 raise ValueError("dict_bytes is only accepted when creating a store")
-            core = native.open(str(self.path), self.read_only)
+            core = native.open(str(self.path), self.read_only, level)
             try:
                 stored = _identity_dtype(core.dtype)
                 if dtype is not None and stored != np.dtype(dtype):
