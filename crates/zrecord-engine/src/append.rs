@@ -228,11 +228,13 @@ impl Engine {
         };
         touched.extend(old_locs.iter());
         touched.extend(new_locs.iter());
-        for h in touched {
+        // Concurrently: on a journaling file system the flushes of the chunk
+        // and the loc segment can then share one journal commit.
+        touched.par_iter().try_for_each(|h| {
             h.file
                 .sync()
-                .map_err(|e| self.poison(Error::io(&h.path, "sync", e)))?;
-        }
+                .map_err(|e| self.poison(Error::io(&h.path, "sync", e)))
+        })?;
         if !new_chunks.is_empty() || !new_locs.is_empty() {
             self.cfg
                 .vfs

@@ -319,7 +319,11 @@ class DenseStore(_Base):
 
     def append(self, records):
         """Append one ``(batch, *item_shape)`` array; returns the first new
-        record's index. Compression runs on every core, GIL released."""
+        record's index. Compression runs on every core, GIL released.
+
+        Each call is one power-loss-safe commit (its bytes are fsynced before
+        the header naming them is written), which costs a disk flush per call:
+        append many records per call rather than one at a time."""
         core = self._open()
         src = self._prepare_dense(records)
         return core.append(src.reshape(-1).view(np.uint8))
@@ -390,7 +394,8 @@ class RaggedStore(_Base):
 
     def append(self, records):
         """Append an iterable of records under one native commit; returns the
-        first new record's index."""
+        first new record's index. The commit fsyncs the bytes it wrote before
+        publishing them, once per call: pass many records per call."""
         core = self._open()
         src, offsets, shapes = self._prepare_batch(records)
         return core.append(src, offsets, shapes)
