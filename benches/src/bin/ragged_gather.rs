@@ -121,6 +121,35 @@ thread_local! {
         );
 }
 
+/// Lays the records `idx` (sizes from `byte_offsets`) out back to back in
+/// `out`, grown as needed: their offsets go to `offs`, and one slice of `out`
+/// per record is returned, for filling in parallel.
+fn lay_out<'o>(
+    byte_offsets: &[usize],
+    idx: &[u64],
+    out: &'o mut Vec<u8>,
+    offs: &mut Vec<usize>,
+) -> Vec<&'o mut [u8]> {
+    offs.clear();
+    offs.push(0);
+    for &i in idx {
+        let i = i as usize;
+        offs.push(offs.last().unwrap() + byte_offsets[i + 1] - byte_offsets[i]);
+    }
+    let total = *offs.last().unwrap();
+    if out.len() < total {
+        out.resize(total, 0);
+    }
+    let mut slices: Vec<&mut [u8]> = Vec::with_capacity(idx.len());
+    let mut rest = &mut out[..total];
+    for w in offs.windows(2) {
+        let (h, tl) = std::mem::take(&mut rest).split_at_mut(w[1] - w[0]);
+        slices.push(h);
+        rest = tl;
+    }
+    slices
+}
+
 /// The zstd ceiling: the batch's records as frames held in memory, decoded
 /// on every core (a few blocks per thread, one kept context per thread, with
 /// [`DICT`] loaded when `dict`) into one buffer at per-record offsets.
@@ -132,23 +161,7 @@ fn gather_frames(
     out: &mut Vec<u8>,
     offs: &mut Vec<usize>,
 ) {
-    offs.clear();
-    offs.push(0);
-    for &i in b {
-        let i = i as usize;
-        offs.push(offs.last().unwrap() + byte_offsets[i + 1] - byte_offsets[i]);
-    }
-    let total = *offs.last().unwrap();
-    if out.len() < total {
-        out.resize(total, 0);
-    }
-    let mut slices: Vec<&mut [u8]> = Vec::with_capacity(b.len());
-    let mut rest = &mut out[..total];
-    for w in offs.windows(2) {
-        let (h, tl) = std::mem::take(&mut rest).split_at_mut(w[1] - w[0]);
-        slices.push(h);
-        rest = tl;
-    }
+    let mut slices = lay_out(byte_offsets, b, out, offs);
     let block = b.len().div_ceil(rayon::current_num_threads() * 4).max(1);
     slices
         .par_chunks_mut(block)
@@ -204,24 +217,7 @@ impl Packed<'_> {
     }
 
     fn gather_parallel(&self, idx: &[u64], out: &mut Vec<u8>, offs: &mut Vec<usize>) {
-        offs.clear();
-        offs.push(0);
-        for &i in idx {
-            let i = i as usize;
-            let l = self.offsets[i + 1] - self.offsets[i];
-            offs.push(offs.last().unwrap() + l);
-        }
-        let total = *offs.last().unwrap();
-        if out.len() < total {
-            out.resize(total, 0);
-        }
-        let mut slices: Vec<&mut [u8]> = Vec::with_capacity(idx.len());
-        let mut rest = &mut out[..total];
-        for w in offs.windows(2) {
-            let (h, t) = std::mem::take(&mut rest).split_at_mut(w[1] - w[0]);
-            slices.push(h);
-            rest = t;
-        }
+        let mut slices = lay_out(self.offsets, idx, out, offs);
         let block = idx.len().div_ceil(rayon::current_num_threads() * 4).max(1);
         slices
             .par_chunks_mut(block)
