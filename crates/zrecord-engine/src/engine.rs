@@ -553,10 +553,8 @@ impl Engine {
     /// given at creation or by [`Engine::set_level`], else the format's (3,
     /// or 19 with a dictionary); 0 for a raw store.
     pub fn level(&self) -> i32 {
-        match self.codec.codec {
-            Codec::Raw => 0,
-            _ => self.codec.level,
-        }
+        // A raw store's level is its codec's default, 0 (it takes no other).
+        self.codec.level
     }
 
     /// Sets the zstd level of later appends through this handle (frames are
