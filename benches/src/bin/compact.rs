@@ -139,6 +139,9 @@ impl Vfs for CountingVfs {
         self.0.dir_syncs.fetch_add(1, Ordering::Relaxed);
         r
     }
+    fn boot_id(&self) -> Option<Vec<u8>> {
+        RealVfs.boot_id()
+    }
 }
 
 /// The peer: copies `src` to a new `dst` in 8 MiB blocks and fsyncs it.

@@ -43,7 +43,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use zrecord::{
-    Codec, CreateOptions, DType, DenseCore, Field, Kind, OpenOptions, RaggedBatch, RaggedCore,
+    Codec, CreateOptions, DType, DenseCore, Durability, Field, Kind, OpenOptions, RaggedBatch,
+    RaggedCore,
 };
 
 /// The largest record the format holds (2^31 bytes), as loaderx 1.7.2's
@@ -199,24 +200,35 @@ fn codec_from(py: Python<'_>, name: &str) -> PyResult<Codec> {
     })
 }
 
+fn durability_from(name: &str) -> PyResult<Durability> {
+    Durability::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown durability {name:?}, expected 'at_sync' or 'each_append'"
+        ))
+    })
+}
+
 fn create_options(
     py: Python<'_>,
     codec: &str,
     dict_bytes: Option<Vec<u8>>,
     level: Option<i32>,
+    durability: &str,
 ) -> PyResult<CreateOptions> {
     let mut opts = CreateOptions::new(codec_from(py, codec)?);
     opts.dictionary = dict_bytes;
     opts.level = level;
+    opts.durability = durability_from(durability)?;
     Ok(opts)
 }
 
-fn open_options(read_only: bool, level: Option<i32>) -> OpenOptions {
-    OpenOptions {
+fn open_options(read_only: bool, level: Option<i32>, durability: &str) -> PyResult<OpenOptions> {
+    Ok(OpenOptions {
         read_only,
         level,
+        durability: durability_from(durability)?,
         ..Default::default()
-    }
+    })
 }
 
 fn stats_dict<'py>(py: Python<'py>, s: zrecord::Stats) -> PyResult<Bound<'py, PyDict>> {
@@ -246,13 +258,19 @@ fn with_read<T: Send + Sync, R: Send>(
     out.ok_or_else(|| closed(py))
 }
 
-/// Drops the handle in `lock` (GIL released: dropping syncs nothing but
-/// closes files and releases the store lock).
-fn close_handle<T: Send + Sync>(py: Python<'_>, lock: &RwLock<Option<T>>) {
+/// Closes the handle in `lock` with `close` (GIL released: it syncs
+/// deferred appends, closes files and releases the store lock). A closed
+/// handle closes again as a no-op.
+fn close_handle<T: Send + Sync>(
+    py: Python<'_>,
+    lock: &RwLock<Option<T>>,
+    close: impl FnOnce(T) -> zrecord::Result<()> + Send,
+) -> PyResult<()> {
     py.detach(|| {
         let taken = lock.write().unwrap_or_else(|p| p.into_inner()).take();
-        drop(taken)
+        taken.map_or(Ok(()), close)
     })
+    .or_py(py)
 }
 
 // ---------------------------------------------------------------------------
@@ -282,7 +300,8 @@ impl PyDenseCore {
 impl PyDenseCore {
     /// Creates a store: `create(path, dtype, item_shape, codec, dict_bytes, level)`.
     #[staticmethod]
-    #[pyo3(signature = (path, dtype, item_shape, codec, dict_bytes=None, level=None))]
+    #[pyo3(signature = (path, dtype, item_shape, codec, dict_bytes=None, level=None, durability="at_sync"))]
+    #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
         path: PathBuf,
@@ -291,9 +310,10 @@ impl PyDenseCore {
         codec: &str,
         dict_bytes: Option<Vec<u8>>,
         level: Option<i32>,
+        durability: &str,
     ) -> PyResult<Self> {
         let dtype = dtype_from_py(dtype)?;
-        let opts = create_options(py, codec, dict_bytes, level)?;
+        let opts = create_options(py, codec, dict_bytes, level, durability)?;
         let core = py
             .detach(|| DenseCore::create(&path, &dtype, &item_shape, &opts))
             .or_py(py)?;
@@ -304,11 +324,16 @@ impl PyDenseCore {
 
     /// Opens an existing store.
     #[staticmethod]
-    #[pyo3(signature = (path, read_only=false, level=None))]
-    fn open(py: Python<'_>, path: PathBuf, read_only: bool, level: Option<i32>) -> PyResult<Self> {
-        let core = py
-            .detach(|| DenseCore::open(&path, &open_options(read_only, level)))
-            .or_py(py)?;
+    #[pyo3(signature = (path, read_only=false, level=None, durability="at_sync"))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        read_only: bool,
+        level: Option<i32>,
+        durability: &str,
+    ) -> PyResult<Self> {
+        let opts = open_options(read_only, level, durability)?;
+        let core = py.detach(|| DenseCore::open(&path, &opts)).or_py(py)?;
         Ok(PyDenseCore {
             core: RwLock::new(Some(core)),
         })
@@ -462,9 +487,16 @@ impl PyDenseCore {
         stats_dict(py, s)
     }
 
-    /// Drops the handle (releasing the store's lock). Idempotent.
-    fn close(&self, py: Python<'_>) {
-        close_handle(py, &self.core);
+    /// Syncs deferred appends and drops the handle (releasing the store's
+    /// lock), raising if the sync failed. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        close_handle(py, &self.core, |c| c.close())
+    }
+
+    /// `"at_sync"` or `"each_append"`.
+    #[getter]
+    fn durability(&self, py: Python<'_>) -> PyResult<&'static str> {
+        self.with(py, |c| c.durability().name())
     }
 }
 
@@ -579,7 +611,7 @@ impl PyRaggedCore {
 impl PyRaggedCore {
     /// Creates a store: `create(path, dtype, codec, dict_bytes, level)`.
     #[staticmethod]
-    #[pyo3(signature = (path, dtype, codec, dict_bytes=None, level=None))]
+    #[pyo3(signature = (path, dtype, codec, dict_bytes=None, level=None, durability="at_sync"))]
     fn create(
         py: Python<'_>,
         path: PathBuf,
@@ -587,9 +619,10 @@ impl PyRaggedCore {
         codec: &str,
         dict_bytes: Option<Vec<u8>>,
         level: Option<i32>,
+        durability: &str,
     ) -> PyResult<Self> {
         let dtype = dtype_from_py(dtype)?;
-        let opts = create_options(py, codec, dict_bytes, level)?;
+        let opts = create_options(py, codec, dict_bytes, level, durability)?;
         let core = py
             .detach(|| RaggedCore::create(&path, &dtype, &opts))
             .or_py(py)?;
@@ -600,11 +633,16 @@ impl PyRaggedCore {
 
     /// Opens an existing store.
     #[staticmethod]
-    #[pyo3(signature = (path, read_only=false, level=None))]
-    fn open(py: Python<'_>, path: PathBuf, read_only: bool, level: Option<i32>) -> PyResult<Self> {
-        let core = py
-            .detach(|| RaggedCore::open(&path, &open_options(read_only, level)))
-            .or_py(py)?;
+    #[pyo3(signature = (path, read_only=false, level=None, durability="at_sync"))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        read_only: bool,
+        level: Option<i32>,
+        durability: &str,
+    ) -> PyResult<Self> {
+        let opts = open_options(read_only, level, durability)?;
+        let core = py.detach(|| RaggedCore::open(&path, &opts)).or_py(py)?;
         Ok(PyRaggedCore {
             core: RwLock::new(Some(core)),
         })
@@ -734,9 +772,16 @@ impl PyRaggedCore {
         stats_dict(py, s)
     }
 
-    /// Drops the handle (releasing the store's lock). Idempotent.
-    fn close(&self, py: Python<'_>) {
-        close_handle(py, &self.core);
+    /// Syncs deferred appends and drops the handle (releasing the store's
+    /// lock), raising if the sync failed. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        close_handle(py, &self.core, |c| c.close())
+    }
+
+    /// `"at_sync"` or `"each_append"`.
+    #[getter]
+    fn durability(&self, py: Python<'_>) -> PyResult<&'static str> {
+        self.with(py, |c| c.durability().name())
     }
 }
 

@@ -1,6 +1,8 @@
 //! Append: compress in parallel, place at the frontier, write payloads, then
-//! loc entries, fsync them, then the header (the commit), then publish in
-//! memory.
+//! loc entries, then the header (the commit), then publish in memory. Under
+//! each-append durability the payloads and entries are fsynced before the
+//! header and the header after it; deferred appends sync nothing (see
+//! `deferred`).
 
 use crate::codec::Codec;
 use crate::engine::{Engine, Handle};
@@ -139,6 +141,11 @@ impl Engine {
             });
         }
 
+        let defers = self.defers();
+        if defers && !self.armed.load(Ordering::Acquire) {
+            self.arm(&header)?;
+        }
+
         // New chunk files past the tail; truncated, as a failed earlier
         // append may have left bytes in them.
         let mut new_chunks: Vec<Arc<Handle>> = Vec::new();
@@ -213,12 +220,60 @@ impl Engine {
             pos += bytes.len();
         }
 
-        // Power-loss ordering: everything the new header names is durable
-        // before the header is written (one fsync per touched file, and one
-        // of the directory when the append created files). The header itself
-        // becomes durable at the next `sync()`; a crash before that shows
-        // this commit or an earlier one, never a header past durable bytes.
-        let mut touched: Vec<&Arc<Handle>> = vec![&tail_handle];
+        // Power-loss ordering, each-append durability: everything the new
+        // header names is durable before the header is written (one fsync
+        // per touched file, and one of the directory when the append created
+        // files), and the header after it. Deferred appends skip both: the
+        // marker written by `arm` lets an open after a power cut go back to
+        // the last durable header.
+        if !defers {
+            self.sync_before_commit(&tail_handle, &new_chunks, first, nlocs, &new_locs)?;
+        }
+        // The commit.
+        let new_header = Header {
+            codec: header.codec,
+            tail_chunk: chunk,
+            tail_offset: off as u32,
+            length: new_len,
+        };
+        self.write_header(&new_header)?;
+        if !defers {
+            self.meta
+                .file
+                .sync()
+                .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))?;
+        }
+
+        // Publish.
+        let mut st = self.write_state();
+        st.table.extend_from_slice(&locs);
+        let t = header.tail_chunk as usize;
+        for (k, e) in ends.iter().enumerate() {
+            if t + k < st.chunk_ends.len() {
+                st.chunk_ends[t + k] = *e;
+            } else {
+                st.chunk_ends.push(*e);
+            }
+        }
+        st.chunks.extend(new_chunks);
+        st.locs.extend(new_locs);
+        st.header = new_header;
+        self.len.store(new_len, Ordering::Release);
+        Ok(first)
+    }
+
+    /// fsyncs every file an append touched (and the directory when it
+    /// created files), so the header written next names only durable bytes.
+    fn sync_before_commit(
+        &self,
+        tail_handle: &Arc<Handle>,
+        new_chunks: &[Arc<Handle>],
+        first: u64,
+        nlocs: usize,
+        new_locs: &[Arc<Handle>],
+    ) -> Result<()> {
+        let seg = self.cfg.loc_segment_entries;
+        let mut touched: Vec<&Arc<Handle>> = vec![tail_handle];
         touched.extend(new_chunks.iter());
         let first_seg = (first / seg) as usize;
         let old_locs: Vec<Arc<Handle>> = if first_seg < nlocs {
@@ -242,31 +297,7 @@ impl Engine {
                 .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))?;
         }
 
-        // The commit.
-        let new_header = Header {
-            codec: header.codec,
-            tail_chunk: chunk,
-            tail_offset: off as u32,
-            length: new_len,
-        };
-        self.write_header(&new_header)?;
-
-        // Publish.
-        let mut st = self.write_state();
-        st.table.extend_from_slice(&locs);
-        let t = header.tail_chunk as usize;
-        for (k, e) in ends.iter().enumerate() {
-            if t + k < st.chunk_ends.len() {
-                st.chunk_ends[t + k] = *e;
-            } else {
-                st.chunk_ends.push(*e);
-            }
-        }
-        st.chunks.extend(new_chunks);
-        st.locs.extend(new_locs);
-        st.header = new_header;
-        self.len.store(new_len, Ordering::Release);
-        Ok(first)
+        Ok(())
     }
 
     fn compress_all(&self, recs: &[&[u8]]) -> Result<Vec<Vec<u8>>> {

@@ -1,5 +1,6 @@
 //! Codecs: raw, zstd (level 3) and zstd with a dictionary (level 19).
 
+use crate::deferred::Durability;
 use crate::error::{Error, Result};
 use std::sync::Mutex;
 use zstd::bulk::Compressor;
@@ -79,6 +80,9 @@ pub struct CreateOptions {
     /// takes none. The level is not stored: a reopened handle uses the
     /// format's levels unless given one (`Engine::set_level`).
     pub level: Option<i32>,
+    /// When appends through the created handle become durable (not
+    /// stored; see [`Durability`]).
+    pub durability: Durability,
 }
 
 impl CreateOptions {
@@ -88,6 +92,7 @@ impl CreateOptions {
             codec,
             dictionary: None,
             level: None,
+            durability: Durability::AtSync,
         }
     }
 
@@ -97,6 +102,7 @@ impl CreateOptions {
             codec: Codec::ZstdDict,
             dictionary: Some(dictionary),
             level: None,
+            durability: Durability::AtSync,
         }
     }
 }

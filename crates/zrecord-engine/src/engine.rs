@@ -1,6 +1,7 @@
 //! The store handle: create, open (with validation), locking, sync, stats.
 
 use crate::codec::{Codec, CodecState, CreateOptions};
+use crate::deferred::{DURABLE_FILE, Durability, Marker};
 use crate::error::{Error, Result};
 use crate::format::{
     self, CHUNK_CAPACITY, DICT_FILE, Header, LOC_SEGMENT_ENTRIES, LOC_SIZE, Loc, MAX_RECORD_LEN,
@@ -128,6 +129,12 @@ pub struct Engine {
     pub(crate) len: AtomicU64,
     pub(crate) append_lock: Mutex<()>,
     pub(crate) poisoned: AtomicBool,
+    pub(crate) durability: Durability,
+    /// The boot id at open (`None`: the system has none, so appends never
+    /// defer).
+    pub(crate) boot: Option<Vec<u8>>,
+    /// `durable.zr` exists: `meta.zr` may be ahead of the disk.
+    pub(crate) armed: AtomicBool,
 }
 
 impl Engine {
@@ -246,6 +253,9 @@ impl Engine {
             len: AtomicU64::new(0),
             append_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
+            durability: opts.durability,
+            boot: vfs.boot_id(),
+            armed: AtomicBool::new(false),
         })
     }
 
@@ -292,6 +302,37 @@ impl Engine {
             .map_err(|e| Error::io(&meta_path, "read", e))?;
         let mut header =
             Header::decode(&hb).map_err(|e| Error::corrupted(&meta_path, e.to_string()))?;
+
+        // A deferred-durability marker: after a reboot, `meta.zr` may name
+        // writes a power cut dropped, so the store goes back to the header
+        // that was durable when the marker was written (see `deferred`).
+        let marker_path = dir.join(DURABLE_FILE);
+        let has_marker = names.iter().any(|n| n == DURABLE_FILE);
+        let mut rolled_back = false;
+        let boot = vfs.boot_id();
+        if has_marker {
+            let f = open(&marker_path)?;
+            let n = f.len().map_err(|e| Error::io(&marker_path, "stat", e))?;
+            let mut b = vec![0u8; n.min(1024) as usize];
+            f.read_at(&mut b, 0)
+                .map_err(|e| Error::io(&marker_path, "read", e))?;
+            if let Some(m) = Marker::decode(&b)
+                && (m.boot.is_empty() || boot.as_deref() != Some(&m.boot[..]))
+            {
+                if m.header.codec != header.codec {
+                    return Err(Error::corrupted(
+                        &marker_path,
+                        format!(
+                            "the durable header names codec {}, meta.zr {}",
+                            m.header.codec.name(),
+                            header.codec.name()
+                        ),
+                    ));
+                }
+                rolled_back = m.header != header;
+                header = m.header;
+            }
+        }
 
         // A pending intent: a delete or compaction move that a crash
         // interrupted after it became durable. Its effect is applied below
@@ -507,12 +548,23 @@ impl Engine {
             len: AtomicU64::new(length),
             append_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
+            durability: Durability::default(),
+            boot,
+            // A marker left by a handle that never synced: settled below by a
+            // read-write handle, left alone by a read-only one.
+            armed: AtomicBool::new(has_marker),
         };
-        if has_intent && !read_only {
-            if let Some(it) = &intent {
-                engine.apply_intent(it)?;
+        if !read_only {
+            if rolled_back {
+                engine.write_header(&header)?;
             }
-            engine.clear_intent()?;
+            if has_intent {
+                if let Some(it) = &intent {
+                    engine.apply_intent(it)?;
+                }
+                engine.clear_intent()?;
+            }
+            engine.settle()?;
         }
         Ok(engine)
     }
@@ -579,14 +631,84 @@ impl Engine {
         self.read_only
     }
 
+    /// When appends through this handle become durable.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Sets when later appends through this handle become durable (see
+    /// [`Durability`]). Switching to [`Durability::EachAppend`] first makes
+    /// the deferred appends durable. No effect on a read-only handle.
+    ///
+    /// # Errors
+    /// As [`Engine::sync`].
+    pub fn set_durability(&mut self, durability: Durability) -> Result<()> {
+        if durability == Durability::EachAppend {
+            self.settle()?;
+        }
+        self.durability = durability;
+        Ok(())
+    }
+
     /// Makes every committed record durable: fsyncs the chunks, then the loc
-    /// segments, then `meta.zr`. A failure poisons the handle.
+    /// segments, then `meta.zr`; after deferred appends, then the directory,
+    /// and removes the `durable.zr` marker. A failure poisons the handle.
     pub fn sync(&self) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
         self.check_poisoned()?;
         let _g = self.lock_append();
+        self.sync_files()?;
+        if self.armed.load(Ordering::Acquire) {
+            // Files the deferred appends created get durable entries before
+            // the marker goes; then its removal is made durable.
+            let sync_dir = || {
+                self.cfg
+                    .vfs
+                    .sync_dir(&self.dir)
+                    .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))
+            };
+            sync_dir()?;
+            let p = self.dir.join(DURABLE_FILE);
+            match self.cfg.vfs.remove(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(self.poison(Error::io(&p, "remove", e))),
+            }
+            sync_dir()?;
+            self.armed.store(false, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Syncs and releases the store: the error [`Drop`] cannot report. A
+    /// read-only handle just closes.
+    ///
+    /// # Errors
+    /// As [`Engine::sync`].
+    pub fn close(self) -> Result<()> {
+        self.settle()
+    }
+
+    /// Whether appends skip their fsyncs (the handle defers, and a reboot
+    /// can be told apart from a killed process).
+    pub(crate) fn defers(&self) -> bool {
+        self.durability == Durability::AtSync && self.boot.is_some()
+    }
+
+    /// Makes deferred appends durable, if there are any.
+    pub(crate) fn settle(&self) -> Result<()> {
+        if self.armed.load(Ordering::Acquire) {
+            self.sync()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// fsyncs the chunks, the loc segments and `meta.zr` (the caller holds
+    /// the append lock).
+    fn sync_files(&self) -> Result<()> {
         let st = self.read_state();
         for h in st.chunks.iter().chain(st.locs.iter()) {
             h.file
@@ -597,6 +719,33 @@ impl Engine {
             .file
             .sync()
             .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))
+    }
+
+    /// Before the first deferred append after a durable point: makes what
+    /// `header` names durable, then records it and the boot id in
+    /// `durable.zr` (the caller holds the append lock).
+    pub(crate) fn arm(&self, header: &Header) -> Result<()> {
+        self.sync_files()?;
+        let m = Marker {
+            header: *header,
+            boot: self.boot.clone().unwrap_or_default(),
+        };
+        let p = self.dir.join(DURABLE_FILE);
+        let f = self
+            .cfg
+            .vfs
+            .open(&p, OpenFlags::CreateTruncate)
+            .map_err(|e| self.poison(Error::io(&p, "create", e)))?;
+        f.write_at(&m.encode(), 0)
+            .map_err(|e| self.poison(Error::io(&p, "write", e)))?;
+        f.sync()
+            .map_err(|e| self.poison(Error::io(&p, "sync", e)))?;
+        self.cfg
+            .vfs
+            .sync_dir(&self.dir)
+            .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))?;
+        self.armed.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Storage usage (physical records; no I/O).
@@ -661,6 +810,16 @@ impl Engine {
     pub(crate) fn loc_path(&self, index: u64) -> PathBuf {
         self.dir
             .join(format::loc_name(index / self.cfg.loc_segment_entries))
+    }
+}
+
+impl Drop for Engine {
+    /// Makes deferred appends durable (best effort: [`Engine::close`]
+    /// reports a failure; after one, the next open recovers).
+    fn drop(&mut self) {
+        if !self.read_only && !self.poisoned.load(Ordering::Acquire) {
+            let _ = self.settle();
+        }
     }
 }
 

@@ -6,13 +6,13 @@
 use crate::sim::{SimRng, SimVfs};
 use crate::typed_header;
 use crate::vfs::Vfs;
-use crate::{Codec, CreateOptions, Engine, EngineConfig, OpenMode, ReadPath};
+use crate::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode, ReadPath};
 use std::path::Path;
 use std::sync::Arc;
 
 const DIR: &str = "/s";
 /// File names an input can fill (index = first byte of a file record).
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "meta.zr",
     "store.zr",
     "dict.zr",
@@ -21,6 +21,7 @@ pub const NAMES: [&str; 8] = [
     "1.loc",
     "0.chunk",
     "1.chunk",
+    "durable.zr",
 ];
 
 fn cfg(v: &SimVfs) -> EngineConfig {
@@ -165,8 +166,11 @@ fn read_all(e: &Engine) -> crate::Result<Vec<Vec<u8>>> {
 }
 
 /// Target `store_ops`: the input scripts operations (checked against a
-/// model) and picks a crash point and image; the crash image must open to
-/// the last durable state or a later committed one. Panics on a violation.
+/// model) under either durability, and picks a crash point and image: a
+/// power-cut image must open to the last durable state or a later committed
+/// one, a killed-process image (image seed 200 and up) to the state after
+/// every operation that returned, or that plus the one in flight. Panics on
+/// a violation.
 pub fn store_ops(data: &[u8]) {
     if data.len() < 4 {
         return;
@@ -176,6 +180,11 @@ pub fn store_ops(data: &[u8]) {
     } else {
         Codec::Zstd
     };
+    let durability = if data[0] & 2 == 0 {
+        Durability::EachAppend
+    } else {
+        Durability::AtSync
+    };
     let pick = u16::from_le_bytes([data[1], data[2]]) as usize;
     let image_seed = u64::from(data[3]);
     let mut bytes = data[4..].iter().copied().take(256);
@@ -183,7 +192,11 @@ pub fn store_ops(data: &[u8]) {
     let mut next = move || bytes.next();
     let v = SimVfs::new();
     let dir = Path::new(DIR);
-    let mut e = Engine::create_with(dir, &CreateOptions::new(codec), cfg(&v)).expect("create");
+    let opts = CreateOptions {
+        durability,
+        ..CreateOptions::new(codec)
+    };
+    let mut e = Engine::create_with(dir, &opts, cfg(&v)).expect("create");
     let mut states = vec![Vec::<Vec<u8>>::new()];
     let mut ops = Vec::new();
     let mut starts = Vec::new();
@@ -256,13 +269,22 @@ pub fn store_ops(data: &[u8]) {
     } else {
         (j + 1).min(ops.len())
     };
-    let image = snaps[p].crash_image(image_seed);
+    let returned = (0..ops.len())
+        .filter(|&k| done(k))
+        .map(|k| k + 1)
+        .max()
+        .unwrap_or(0);
+    let (image, lo) = if image_seed >= 200 {
+        (snaps[p].kill_image(), returned)
+    } else {
+        (snaps[p].crash_image(image_seed), synced)
+    };
     let r = Engine::open_with(dir, OpenMode::ReadWrite, cfg(&image))
         .unwrap_or_else(|err| panic!("crash point {p}: open failed: {err}"));
     let got = read_all(&r).expect("read after crash");
     assert!(
-        states[synced..=hi].contains(&got),
-        "crash point {p}: state matches no committed state in {synced}..={hi}"
+        states[lo..=hi].contains(&got),
+        "crash point {p} ({durability:?}, image {image_seed}): state matches no committed state in {lo}..={hi}"
     );
     assert!(r.verify().expect("verify").is_ok());
 }

@@ -45,7 +45,7 @@ pub enum Intent {
     },
 }
 
-fn fnv(b: &[u8]) -> u64 {
+pub(crate) fn fnv(b: &[u8]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for &x in b {
         h ^= u64::from(x);

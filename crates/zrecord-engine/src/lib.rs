@@ -55,6 +55,7 @@
 mod aligned;
 mod append;
 mod codec;
+mod deferred;
 mod engine;
 mod error;
 #[doc(hidden)]
@@ -73,6 +74,7 @@ pub mod vfs;
 
 pub use aligned::{AlignedBuf, PAGE};
 pub use codec::{Codec, CreateOptions, train_dictionary};
+pub use deferred::Durability;
 pub use engine::{Engine, OpenMode, Stats};
 #[doc(hidden)]
 pub use engine::{EngineConfig, ReadPath};

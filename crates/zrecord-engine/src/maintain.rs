@@ -26,6 +26,10 @@ impl Engine {
     /// Ragged stores delete item pairs with `k = 2`.
     pub fn delete_groups(&mut self, groups: &[u64], group_size: u64) -> Result<()> {
         self.check_writable()?;
+        // Deferred appends become durable first: the intent protocol below
+        // assumes the header it starts from is, and a stale `durable.zr`
+        // must never roll a delete back.
+        self.settle()?;
         let k = group_size;
         if k == 0 {
             return Err(Error::InvalidArgument("group_size must be > 0".into()));
@@ -116,6 +120,7 @@ impl Engine {
     #[doc(hidden)]
     pub fn compact_steps(&mut self, max_moves: u64) -> Result<bool> {
         self.check_writable()?;
+        self.settle()?;
         let cap = self.cfg.chunk_capacity;
         let seg = self.cfg.loc_segment_entries;
         let vfs = self.cfg.vfs.clone();

@@ -53,6 +53,9 @@ struct State {
     fail_at: Option<u64>,
     record: bool,
     snapshots: Vec<Snapshot>,
+    /// Which boot of the simulated machine this is (a power cut starts the
+    /// next one; a killed process does not).
+    boot: u64,
 }
 
 /// The disk at one crash point: durable bytes plus the unsynced operations.
@@ -62,6 +65,7 @@ pub struct Snapshot {
     nodes: Vec<Node>,
     durable_dir: BTreeMap<PathBuf, usize>,
     dir_log: Vec<DirOp>,
+    boot: u64,
 }
 
 /// A small deterministic generator (splitmix64).
@@ -160,6 +164,33 @@ impl Snapshot {
             dirs: self.dirs.clone(),
             durable_dir: dir.clone(),
             dir,
+            boot: self.boot + 1,
+            ..State::default()
+        })
+    }
+
+    /// The disk a killed process leaves at this point: every write it issued
+    /// is there (in the page cache, still unsynced), and the machine is the
+    /// same boot.
+    pub fn kill_image(&self) -> SimVfs {
+        let mut dir = self.durable_dir.clone();
+        for op in &self.dir_log {
+            match op {
+                DirOp::Link(p, id) => {
+                    dir.insert(p.clone(), *id);
+                }
+                DirOp::Unlink(p) => {
+                    dir.remove(p);
+                }
+            }
+        }
+        SimVfs::from_state(State {
+            nodes: self.nodes.clone(),
+            dirs: self.dirs.clone(),
+            durable_dir: self.durable_dir.clone(),
+            dir,
+            dir_log: self.dir_log.clone(),
+            boot: self.boot,
             ..State::default()
         })
     }
@@ -270,6 +301,7 @@ impl SimVfs {
             dir: s.dir.clone(),
             durable_dir: s.durable_dir.clone(),
             dir_log: s.dir_log.clone(),
+            boot: s.boot,
             ..State::default()
         })
     }
@@ -281,6 +313,7 @@ fn snap(s: &State) -> Snapshot {
         nodes: s.nodes.clone(),
         durable_dir: s.durable_dir.clone(),
         dir_log: s.dir_log.clone(),
+        boot: s.boot,
     }
 }
 
@@ -453,6 +486,10 @@ impl Vfs for SimVfs {
         s.durable_dir = s.dir.clone();
         s.dir_log.clear();
         Ok(())
+    }
+
+    fn boot_id(&self) -> Option<Vec<u8>> {
+        Some(self.lock().boot.to_le_bytes().to_vec())
     }
 }
 

@@ -80,6 +80,9 @@ pub trait Vfs: Send + Sync + Debug {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Makes a directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// An id that changes whenever the machine boots (and so whenever the
+    /// page cache was lost); `None` when the system offers none.
+    fn boot_id(&self) -> Option<Vec<u8>>;
 }
 
 /// The real file system.
@@ -254,11 +257,27 @@ impl Vfs for RealVfs {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
+
+    fn boot_id(&self) -> Option<Vec<u8>> {
+        // Linux: a random UUID drawn at each boot (the host's, inside a
+        // container, which is the kernel whose page cache holds the writes).
+        let b = std::fs::read("/proc/sys/kernel/random/boot_id").ok()?;
+        let id = b.trim_ascii();
+        (!id.is_empty()).then(|| id.to_vec())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn the_boot_id_is_stable_within_a_boot() {
+        let a = RealVfs.boot_id().expect("Linux has a boot id");
+        assert_eq!(a.len(), 36, "a UUID: {:?}", String::from_utf8_lossy(&a));
+        assert_eq!(RealVfs.boot_id(), Some(a));
+    }
 
     #[test]
     fn vectored_write_lands_back_to_back() {

@@ -3,7 +3,8 @@
 //! committed. For every N, the Nth I/O call of a workload (every append form,
 //! deletes, compactions, syncs) fails: the error must come back as `Err`,
 //! the handle must refuse further writes (`Poisoned`), and a reopen must
-//! hold the state before or after the failed operation, bit-exact.
+//! hold the state before or after the failed operation, bit-exact. Both
+//! durabilities run.
 
 mod common;
 use common::Rng;
@@ -11,7 +12,9 @@ use common::workload::{Op, apply, random_op, read_all, run};
 use std::path::Path;
 use std::sync::Arc;
 use zrecord_engine::sim::SimVfs;
-use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, Error, OpenMode, ReadPath};
+use zrecord_engine::{
+    Codec, CreateOptions, Durability, Engine, EngineConfig, Error, OpenMode, ReadPath,
+};
 
 fn cfg(vfs: &SimVfs) -> EngineConfig {
     EngineConfig {
@@ -23,7 +26,7 @@ fn cfg(vfs: &SimVfs) -> EngineConfig {
     }
 }
 
-fn check(codec: Codec, seed: u64) -> u64 {
+fn check(codec: Codec, seed: u64, durability: Durability) -> u64 {
     let dir = Path::new("/store");
     let base = SimVfs::new();
     let mut rng = Rng(seed);
@@ -52,6 +55,7 @@ fn check(codec: Codec, seed: u64) -> u64 {
     let total = {
         let v = base.fork();
         let mut e = Engine::open_with(dir, OpenMode::ReadWrite, cfg(&v)).unwrap();
+        e.set_durability(durability).unwrap();
         let c0 = v.calls();
         for op in &ops {
             run(&mut e, op).unwrap();
@@ -62,6 +66,7 @@ fn check(codec: Codec, seed: u64) -> u64 {
     for n in 0..total {
         let v = base.fork();
         let mut e = Engine::open_with(dir, OpenMode::ReadWrite, cfg(&v)).unwrap();
+        e.set_durability(durability).unwrap();
         v.fail_at(Some(n));
         let mut before = model.clone();
         let mut failed = None;
@@ -106,11 +111,13 @@ fn check(codec: Codec, seed: u64) -> u64 {
 
 #[test]
 fn every_failed_io_call_is_an_error_that_poisons_and_reopens_clean() {
-    let mut total = 0;
-    for (k, codec) in [Codec::Raw, Codec::Zstd].into_iter().enumerate() {
-        for s in 0..4 {
-            total += check(codec, 7 + s + 100 * k as u64);
+    for durability in [Durability::AtSync, Durability::EachAppend] {
+        let mut total = 0;
+        for (k, codec) in [Codec::Raw, Codec::Zstd].into_iter().enumerate() {
+            for s in 0..4 {
+                total += check(codec, 7 + s + 100 * k as u64, durability);
+            }
         }
+        eprintln!("io errors ({durability:?}): {total} injected failures");
     }
-    eprintln!("io errors: {total} injected failures");
 }

@@ -4,7 +4,9 @@
 //! deletes and compacts, printing each commit as it returns; the parent
 //! SIGKILLs it at random moments (at least a third of them during a
 //! compaction), then reopens at once and checks the state is the committed
-//! prefix or that plus the operation in flight, bit-exact.
+//! prefix or that plus the operation in flight, bit-exact. Odd seeds append
+//! with deferred durability (`Durability::AtSync`): nothing is fsynced before
+//! a commit, and a kill must still lose nothing that returned.
 
 mod common;
 use common::Rng;
@@ -13,7 +15,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, OpenMode};
+use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode};
 
 const CHILD: &str = "ZRECORD_KILL_TEST_CHILD";
 const KILLS: u64 = 300;
@@ -32,8 +34,14 @@ fn cfg() -> EngineConfig {
 fn ops(seed: u64, mut model: Vec<Vec<u8>>) -> Vec<(Op, Vec<Vec<u8>>)> {
     let mut rng = Rng(seed);
     let mut out = Vec::new();
+    // Deferred writers compact less often: a compaction makes the appends
+    // before it durable (removing the marker), and its fsyncs dominate.
+    let every = match durability(seed) {
+        Durability::EachAppend => 4,
+        Durability::AtSync => 12,
+    };
     for k in 0..OPS_PER_CHILD {
-        let op = if k % 4 == 3 {
+        let op = if k % every == every - 1 {
             Op::Compact
         } else {
             random_op(&mut rng, model.len(), 120)
@@ -44,10 +52,19 @@ fn ops(seed: u64, mut model: Vec<Vec<u8>>) -> Vec<(Op, Vec<Vec<u8>>)> {
     out
 }
 
+fn durability(seed: u64) -> Durability {
+    if seed % 2 == 1 {
+        Durability::AtSync
+    } else {
+        Durability::EachAppend
+    }
+}
+
 fn child(spec: &str) {
     let (dir, seed) = spec.split_once('|').unwrap();
     let seed: u64 = seed.parse().unwrap();
     let mut e = Engine::open_with(dir, OpenMode::ReadWrite, cfg()).unwrap();
+    e.set_durability(durability(seed)).unwrap();
     let model = read_all(&e).unwrap();
     let mut out = std::io::stdout().lock();
     for (k, (op, _)) in ops(seed, model).iter().enumerate() {
@@ -56,6 +73,11 @@ fn child(spec: &str) {
         run(&mut e, op).unwrap();
         writeln!(out, "C {k}").unwrap();
         out.flush().unwrap();
+        if durability(seed) == Durability::AtSync {
+            // A deferred writer outruns the parent's reads and exits before
+            // the kill: pace it like a loop that works between appends.
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 }
 
@@ -79,6 +101,7 @@ fn killed_writer_leaves_a_prefix_of_its_commits() {
     let exe = std::env::current_exe().unwrap();
     let mut rng = Rng(2026);
     let (mut kills, mut in_compaction, mut commits_seen) = (0u64, 0u64, 0u64);
+    let mut markers_left = 0u64;
     for seed in 0..KILLS {
         let pre = {
             let e = Engine::open_with(&dir, OpenMode::ReadOnly, cfg()).unwrap();
@@ -111,7 +134,12 @@ fn killed_writer_leaves_a_prefix_of_its_commits() {
             };
             log.push(line);
             if hit {
-                let us = rng.below(if target_compact { 300 } else { 2000 });
+                // Deferred appends take microseconds: kill soon after.
+                let us = rng.below(match (target_compact, durability(seed)) {
+                    (true, _) => 300,
+                    (false, Durability::AtSync) => 100,
+                    (false, Durability::EachAppend) => 2000,
+                });
                 std::thread::sleep(Duration::from_micros(us));
                 c.kill().unwrap();
                 killed = true;
@@ -131,6 +159,13 @@ fn killed_writer_leaves_a_prefix_of_its_commits() {
         kills += killed as u64;
         in_compaction += (killed && last_is_compact_start) as u64;
         commits_seen += done as u64;
+        // A deferred writer killed between syncs leaves its marker.
+        let marker = dir.join("durable.zr").exists();
+        assert!(
+            !marker || durability(seed) == Durability::AtSync,
+            "kill {seed}: a marker without deferred appends"
+        );
+        markers_left += marker as u64;
         // The lock is free at once.
         let e = Engine::open_with(&dir, OpenMode::ReadWrite, cfg())
             .unwrap_or_else(|err| panic!("kill {seed}: reopen failed: {err}"));
@@ -149,10 +184,18 @@ fn killed_writer_leaves_a_prefix_of_its_commits() {
         );
         let rep = e.verify().unwrap();
         assert!(rep.is_ok(), "kill {seed}: {rep:?}");
+        assert!(
+            !dir.join("durable.zr").exists(),
+            "kill {seed}: a read-write open left the marker"
+        );
     }
     eprintln!(
-        "process kill: {kills} kills ({in_compaction} during compaction), {commits_seen} commits, in {:?}",
+        "process kill: {kills} kills ({in_compaction} during compaction, {markers_left} leaving a deferred-append marker), {commits_seen} commits, in {:?}",
         t.elapsed()
+    );
+    assert!(
+        markers_left >= 10,
+        "only {markers_left} kills left a marker"
     );
     assert!(kills >= KILLS * 9 / 10, "only {kills} kills");
     assert!(

@@ -6,6 +6,11 @@
 //! unsynced write kept, dropped or torn at sectors; a prefix of unsynced
 //! directory operations). Every image must open, hold exactly the last
 //! synced state or a later committed one (bit-exact), and accept an append.
+//! Both durabilities run: with each-append durability every operation that
+//! returned must survive; with deferred appends (`Durability::AtSync`) a
+//! power cut may roll back to the last sync. An image of a killed process
+//! (every write issued, same boot) must hold every operation that returned
+//! under either.
 
 mod common;
 use common::Rng;
@@ -13,7 +18,9 @@ use common::workload::{Op, apply, random_op, read_all, run};
 use std::path::Path;
 use std::sync::Arc;
 use zrecord_engine::sim::SimVfs;
-use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, Error, OpenMode, ReadPath};
+use zrecord_engine::{
+    Codec, CreateOptions, Durability, Engine, EngineConfig, Error, OpenMode, ReadPath,
+};
 
 const IMAGES_PER_POINT: u64 = 10;
 
@@ -43,11 +50,24 @@ fn script(seed: u64) -> Vec<Op> {
     ops
 }
 
-/// Returns the number of scenarios checked and of crash points with an intent.
-fn check_codec(codec: Codec, seed: u64) -> (u64, usize) {
+/// What one workload exercised.
+#[derive(Default)]
+struct Counts {
+    scenarios: u64,
+    intents: usize,
+    markers: usize,
+    kills: u64,
+    ro_refusals: u64,
+}
+
+fn check_codec(codec: Codec, seed: u64, durability: Durability) -> Counts {
     let dir = Path::new("/store");
     let vfs = SimVfs::new();
-    let mut e = Engine::create_with(dir, &CreateOptions::new(codec), cfg(&vfs)).unwrap();
+    let opts = CreateOptions {
+        durability,
+        ..CreateOptions::new(codec)
+    };
+    let mut e = Engine::create_with(dir, &opts, cfg(&vfs)).unwrap();
     let ops = script(seed);
     // states[j] = committed content after j ops; bounds[j] = snapshots taken
     // before op j started.
@@ -70,8 +90,13 @@ fn check_codec(codec: Codec, seed: u64) -> (u64, usize) {
         .iter()
         .filter(|s| s.has_file(&dir.join("intent.zr")))
         .count();
+    let with_marker = snaps
+        .iter()
+        .filter(|s| s.has_file(&dir.join("durable.zr")))
+        .count();
 
     let mut scenarios = 0;
+    let mut kills = 0;
     let (mut ro_opens, mut ro_refusals) = (0u64, 0u64);
     for (p, snap) in snaps.iter().enumerate() {
         // Op in flight: the last one that started at or before p.
@@ -83,9 +108,14 @@ fn check_codec(codec: Codec, seed: u64) -> (u64, usize) {
                 p == snaps.len() - 1
             }
         };
-        // Last sync (or create) fully done before snapshot p.
+        // Last sync (or create) fully done before snapshot p; under
+        // each-append durability, the last operation of any kind.
         let synced = (0..ops.len())
-            .filter(|&k| matches!(ops[k], Op::Sync | Op::Delete(..) | Op::Compact) && done(k))
+            .filter(|&k| {
+                done(k)
+                    && (durability == Durability::EachAppend
+                        || matches!(ops[k], Op::Sync | Op::Delete(..) | Op::Compact))
+            })
             .map(|k| k + 1)
             .max()
             .unwrap_or(0);
@@ -94,6 +124,33 @@ fn check_codec(codec: Codec, seed: u64) -> (u64, usize) {
         } else {
             j + 1
         };
+        // A killed process: every operation that returned is there.
+        let returned = (0..ops.len())
+            .filter(|&k| done(k))
+            .map(|k| k + 1)
+            .max()
+            .unwrap_or(0);
+        let image = snap.kill_image();
+        let ro = Engine::open_with(dir, OpenMode::ReadOnly, cfg(&image));
+        if let Ok(ro) = ro {
+            let got = read_all(&ro).unwrap();
+            assert!(
+                (returned..=hi).any(|k| states[k] == got),
+                "{codec:?} {durability:?} point {p}: read-only open after a kill lost a returned operation"
+            );
+            drop(ro);
+        }
+        let k = Engine::open_with(dir, OpenMode::ReadWrite, cfg(&image)).unwrap_or_else(|err| {
+            panic!("{codec:?} {durability:?} point {p}: open after a kill failed: {err}")
+        });
+        let got = read_all(&k).unwrap();
+        assert!(
+            (returned..=hi).any(|k| states[k] == got),
+            "{codec:?} {durability:?} point {p}: after a kill, {} records match no state in {returned}..={hi}",
+            got.len()
+        );
+        drop(k);
+        kills += 1;
         for seed in 0..IMAGES_PER_POINT {
             let image = snap.crash_image(seed * 7919 + p as u64);
             let image = if seed < 2 {
@@ -155,6 +212,7 @@ fn check_codec(codec: Codec, seed: u64) -> (u64, usize) {
                 "{codec:?} point {p} image {seed}: {report:?}"
             );
             // Writable after recovery.
+            r.set_durability(durability).unwrap();
             let n = r.len();
             r.append_var(b"after", &[0, 5]).unwrap();
             let mut out = [0u8; 5];
@@ -165,29 +223,59 @@ fn check_codec(codec: Codec, seed: u64) -> (u64, usize) {
         }
     }
     assert!(ro_opens > 0);
-    REFUSALS.fetch_add(ro_refusals, std::sync::atomic::Ordering::Relaxed);
-    (scenarios, with_intent)
+    Counts {
+        ro_refusals,
+        scenarios,
+        intents: with_intent,
+        markers: with_marker,
+        kills,
+    }
 }
-
-static REFUSALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[test]
 fn every_crash_image_opens_to_a_committed_state() {
+    check_all(Durability::EachAppend);
+}
+
+#[test]
+fn deferred_appends_roll_back_to_the_last_sync_after_a_power_cut() {
+    check_all(Durability::AtSync);
+}
+
+fn check_all(durability: Durability) {
     let t = std::time::Instant::now();
-    let mut total = 0;
-    let mut intents = 0;
+    let mut total = Counts::default();
     for (k, codec) in [Codec::Raw, Codec::Zstd].into_iter().enumerate() {
         for seed in 0..3 {
-            let (n, i) = check_codec(codec, 100 + seed + 10 * k as u64);
-            total += n;
-            intents += i;
+            let c = check_codec(codec, 100 + seed + 10 * k as u64, durability);
+            total.scenarios += c.scenarios;
+            total.intents += c.intents;
+            total.markers += c.markers;
+            total.kills += c.kills;
+            total.ro_refusals += c.ro_refusals;
         }
     }
     eprintln!(
-        "power loss: {total} crash scenarios ({intents} crash points with an intent, {} read-only opens refused pending a move) in {:?}",
-        REFUSALS.load(std::sync::atomic::Ordering::Relaxed),
+        "power loss ({durability:?}): {} crash scenarios and {} kill images ({} crash points with an intent, {} with a durable.zr marker, {} read-only opens refused pending a move) in {:?}",
+        total.scenarios,
+        total.kills,
+        total.intents,
+        total.markers,
+        total.ro_refusals,
         t.elapsed()
     );
-    assert!(intents > 0, "the workloads never wrote an intent");
-    assert!(total >= 10_000, "only {total} scenarios");
+    assert!(total.intents > 0, "the workloads never wrote an intent");
+    match durability {
+        Durability::EachAppend => assert_eq!(total.markers, 0, "a marker without deferred appends"),
+        Durability::AtSync => assert!(
+            total.markers > 100,
+            "only {} crash points with a marker",
+            total.markers
+        ),
+    }
+    assert!(
+        total.scenarios >= 10_000,
+        "only {} scenarios",
+        total.scenarios
+    );
 }

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use ndarray::{ArrayD, ArrayView, ArrayViewMut, Dimension, IxDyn};
 use zrecord_engine::typed_header::Kind;
-use zrecord_engine::{Codec, CreateOptions, Engine, Stats, VerifyReport};
+use zrecord_engine::{Codec, CreateOptions, Durability, Engine, Stats, VerifyReport};
 
 use crate::dtype::{DType, Element, encode_identity_dense};
 use crate::error::{Error, Result};
@@ -288,6 +288,19 @@ impl DenseCore {
         Ok(self.engine.sync()?)
     }
 
+    /// Makes every appended record durable and releases the store,
+    /// reporting what dropping the handle cannot (dropping syncs too, best
+    /// effort).
+    pub fn close(self) -> Result<()> {
+        Ok(self.engine.close()?)
+    }
+
+    /// When appends through this handle become durable (see
+    /// [`Durability`]).
+    pub fn durability(&self) -> Durability {
+        self.engine.durability()
+    }
+
     /// Storage usage.
     pub fn stats(&self) -> Stats {
         self.engine.stats()
@@ -457,6 +470,17 @@ impl<T: Element> DenseStore<T> {
     /// Makes every appended record durable.
     pub fn sync(&self) -> Result<()> {
         self.core.sync()
+    }
+
+    /// Makes every appended record durable and releases the store (see
+    /// [`DenseCore::close`]).
+    pub fn close(self) -> Result<()> {
+        self.core.close()
+    }
+
+    /// When appends through this handle become durable.
+    pub fn durability(&self) -> Durability {
+        self.core.durability()
     }
 
     /// Storage usage.

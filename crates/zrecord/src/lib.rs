@@ -79,7 +79,7 @@ pub use index::{Indices, resolve};
 pub use ragged::{RaggedBatch, RaggedCore, RaggedStore};
 pub use store::{OpenOptions, check_equal_lengths, probe};
 pub use zrecord_engine::typed_header::Kind;
-pub use zrecord_engine::{AlignedBuf, Codec, CreateOptions, Stats, VerifyReport};
+pub use zrecord_engine::{AlignedBuf, Codec, CreateOptions, Durability, Stats, VerifyReport};
 
 /// The user guide (`docs/guide.md`), compiled and run as doctests.
 #[cfg(doctest)]

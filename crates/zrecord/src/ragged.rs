@@ -16,7 +16,7 @@ use std::path::Path;
 
 use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension, IxDyn};
 use zrecord_engine::typed_header::Kind;
-use zrecord_engine::{Codec, CreateOptions, Engine, Stats, VerifyReport};
+use zrecord_engine::{Codec, CreateOptions, Durability, Engine, Stats, VerifyReport};
 
 use crate::dtype::{DType, Element, encode_identity_ragged};
 use crate::error::{Error, Result};
@@ -410,6 +410,19 @@ impl RaggedCore {
         Ok(self.engine.sync()?)
     }
 
+    /// Makes every appended record durable and releases the store,
+    /// reporting what dropping the handle cannot (dropping syncs too, best
+    /// effort).
+    pub fn close(self) -> Result<()> {
+        Ok(self.engine.close()?)
+    }
+
+    /// When appends through this handle become durable (see
+    /// [`Durability`]).
+    pub fn durability(&self) -> Durability {
+        self.engine.durability()
+    }
+
     /// Storage usage; `records` counts logical records, the byte figures
     /// include the shape records.
     pub fn stats(&self) -> Stats {
@@ -660,6 +673,17 @@ impl<T: Element> RaggedStore<T> {
     /// Makes every appended record durable.
     pub fn sync(&self) -> Result<()> {
         self.core.sync()
+    }
+
+    /// Makes every appended record durable and releases the store (see
+    /// [`RaggedCore::close`]).
+    pub fn close(self) -> Result<()> {
+        self.core.close()
+    }
+
+    /// When appends through this handle become durable.
+    pub fn durability(&self) -> Durability {
+        self.core.durability()
     }
 
     /// Storage usage (logical records).

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use zrecord_engine::typed_header::{self, Kind, TypedHeader};
-use zrecord_engine::{Codec, CreateOptions, Engine, OpenMode};
+use zrecord_engine::{Codec, CreateOptions, Durability, Engine, OpenMode};
 
 use crate::dtype::{DType, Identity, decode_identity};
 use crate::error::{Error, Result};
@@ -40,6 +40,9 @@ pub struct OpenOptions {
     /// stored; without one, appends use the format's: 3, or 19 with a
     /// dictionary). Refused for raw stores and read-only handles.
     pub level: Option<i32>,
+    /// When appends through this handle become durable (not stored; no
+    /// effect on a read-only handle). See [`Durability`].
+    pub durability: Durability,
 }
 
 impl OpenOptions {
@@ -72,6 +75,12 @@ impl OpenOptions {
     /// Append at zstd `level` through this handle.
     pub fn level(mut self, level: i32) -> Self {
         self.level = Some(level);
+        self
+    }
+
+    /// Make appends through this handle durable as `durability` says.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
         self
     }
 }
@@ -221,6 +230,7 @@ pub(crate) fn open_store(path: &Path, kind: Kind, opts: &OpenOptions) -> Result<
     if let Some(level) = opts.level {
         engine.set_level(level)?;
     }
+    engine.set_durability(opts.durability)?;
     Ok(Opened {
         engine,
         header,

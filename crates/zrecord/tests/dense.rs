@@ -6,8 +6,8 @@
 
 use ndarray::{Array, Array2, ArrayD, Axis, IxDyn, s};
 use zrecord::{
-    Bool, Codec, Complex, CreateOptions, DType, DenseCore, DenseStore, Element, Error, Indices,
-    Kind, OpenOptions, RaggedCore, probe,
+    Bool, Codec, Complex, CreateOptions, DType, DenseCore, DenseStore, Durability, Element, Error,
+    Indices, Kind, OpenOptions, RaggedCore, RaggedStore, probe,
 };
 
 fn tmp() -> tempfile::TempDir {
@@ -273,6 +273,45 @@ fn opening_with_wrong_expectations_names_stored_and_asked() {
     ));
     assert!(m.contains(">f4"), "{m}");
     assert_eq!(probe(&path).unwrap(), Some(Kind::Dense));
+}
+
+#[test]
+fn durability_is_chosen_per_handle_and_close_syncs() {
+    let dir = tmp();
+    let path = dir.path().join("d");
+    let marker = path.join("durable.zr");
+    let rows = Array2::from_shape_fn((4, 16), |(i, j)| (i * 16 + j) as u16);
+    // The default defers: a marker while appends are ahead of the disk.
+    let s = DenseStore::<u16>::create(&path, &[16], &CreateOptions::new(Codec::Zstd)).unwrap();
+    assert_eq!(s.durability(), Durability::AtSync);
+    s.append(rows.view()).unwrap();
+    assert!(marker.exists());
+    s.close().unwrap();
+    assert!(!marker.exists(), "close syncs");
+    // Each-append at open: no marker, and the next open picks its own.
+    let s =
+        DenseStore::<u16>::open_with(&path, &OpenOptions::default().durability(Durability::EachAppend))
+            .unwrap();
+    assert_eq!(s.durability(), Durability::EachAppend);
+    s.append(rows.view()).unwrap();
+    assert!(!marker.exists());
+    drop(s);
+    let s = DenseStore::<u16>::open(&path).unwrap();
+    assert_eq!(s.durability(), Durability::AtSync);
+    assert_eq!(s.len(), 8);
+    drop(s);
+    // Each-append at creation, ragged.
+    let r = RaggedStore::<u8>::create(
+        dir.path().join("r"),
+        &CreateOptions {
+            durability: Durability::EachAppend,
+            ..CreateOptions::new(Codec::Raw)
+        },
+    )
+    .unwrap();
+    r.append([ndarray::arr1(&[1u8, 2]).into_dyn().view()]).unwrap();
+    assert!(!dir.path().join("r/durable.zr").exists());
+    r.close().unwrap();
 }
 
 #[test]

@@ -10,8 +10,20 @@ The API, defaults, exception types and on-disk format are those of
 loaderx 1.7.2. Additions: ``read_only=True`` opens an existing store without
 taking the writer lock, ``level=`` picks the zstd level of this handle's
 appends (when a compressed store is created or reopened; it is not stored, and
-raw stores and read-only handles refuse one), and every failure is a precise :class:`ZrecordError` subclass
-(``StoreBusy``, ``IndexOutOfRange`` which is also an ``IndexError``, ...).
+raw stores and read-only handles refuse one), ``durability=`` says when appends
+become durable (see below), and every failure is a precise
+:class:`ZrecordError` subclass (``StoreBusy``, ``IndexOutOfRange`` which is
+also an ``IndexError``, ...).
+
+Durability. With the default ``durability="at_sync"`` an append reaches the
+page cache and returns, as in loaderx 1.7.2: it survives the process being
+killed, and becomes durable against a power cut at ``sync()``, ``close()``
+(or leaving the ``with`` block), ``delete`` or ``compact``. Unlike the
+reference, a power cut before that rolls the store back to its last durable
+state (the reference's header could then name records whose bytes never
+reached the disk). ``durability="each_append"`` makes
+every append durable on return, at the cost of three disk flushes per call.
+
 """
 
 from pathlib import Path
@@ -47,6 +59,7 @@ DICT_TIERS = {
 DICT_TIER_DEFAULT = "balanced"
 
 CODECS = ("raw", "zstd", "zstd_dict")
+DURABILITIES = ("at_sync", "each_append")
 
 
 def _dict_tier(tier):
@@ -84,10 +97,16 @@ class _Base:
     _core = None
 
     def __init__(self, path, kind, dtype=None, item_shape=None, codec=None,
-                 dict_bytes=None, read_only=False, level=None):
+                 dict_bytes=None, read_only=False, level=None,
+                 durability="at_sync"):
         self.path = Path(path)
         self._kind = kind
         self.read_only = bool(read_only)
+        if durability not in DURABILITIES:
+            raise ValueError(
+                f"unknown durability {durability!r}, expected one of {list(DURABILITIES)}"
+            )
+        self.durability = durability
         if codec is not None and codec not in CODECS:
             raise UnknownCodec(
                 f"unknown codec {codec!r}, expected one of {list(CODECS)}"
@@ -101,7 +120,7 @@ class _Base:
                 )
             if dict_bytes is not None:
                 raise ValueError("dict_bytes is only accepted when creating a store")
-            core = native.open(str(self.path), self.read_only, level)
+            core = native.open(str(self.path), self.read_only, level, durability)
             try:
                 stored = _identity_dtype(core.dtype)
                 if dtype is not None and stored != np.dtype(dtype):
@@ -155,10 +174,10 @@ class _Base:
                         f"dense record width {row} is outside the native limit"
                     )
                 core = native.create(str(self.path), identity, list(shape),
-                                     self.codec, dict_bytes, level)
+                                     self.codec, dict_bytes, level, durability)
             else:
                 core = native.create(str(self.path), identity, self.codec,
-                                     dict_bytes, level)
+                                     dict_bytes, level, durability)
         self._core = core
         if kind == "dense":
             self.item_shape = tuple(core.item_shape)
@@ -187,7 +206,9 @@ class _Base:
         self.close()
 
     def close(self):
-        """Release the store (and its lock). Idempotent."""
+        """Make deferred appends durable and release the store (and its
+        lock). Idempotent; raises if the final sync fails (the handle is
+        released either way, and the next open recovers)."""
         core = self._core
         if core is not None:
             self._core = None
@@ -297,9 +318,10 @@ class DenseStore(_Base):
     """
 
     def __init__(self, path, dtype=None, item_shape=None, codec=None,
-                 dict_bytes=None, *, read_only=False, level=None):
+                 dict_bytes=None, *, read_only=False, level=None,
+                 durability="at_sync"):
         super().__init__(path, "dense", dtype, item_shape, codec, dict_bytes,
-                         read_only, level)
+                         read_only, level, durability)
 
     def _prepare_dense(self, batch):
         batch = np.asarray(batch)
@@ -321,9 +343,9 @@ class DenseStore(_Base):
         """Append one ``(batch, *item_shape)`` array; returns the first new
         record's index. Compression runs on every core, GIL released.
 
-        Each call is one power-loss-safe commit (its bytes are fsynced before
-        the header naming them is written), which costs a disk flush per call:
-        append many records per call rather than one at a time."""
+        Each call is one commit, durable at the next ``sync()`` or ``close()``
+        (with ``durability="each_append"``, on return, at three disk flushes
+        per call)."""
         core = self._open()
         src = self._prepare_dense(records)
         return core.append(src.reshape(-1).view(np.uint8))
@@ -351,9 +373,9 @@ class RaggedStore(_Base):
     """
 
     def __init__(self, path, dtype=None, codec=None, dict_bytes=None, *,
-                 read_only=False, level=None):
+                 read_only=False, level=None, durability="at_sync"):
         super().__init__(path, "ragged", dtype, None, codec, dict_bytes,
-                         read_only, level)
+                         read_only, level, durability)
 
     def _prepare_batch(self, records):
         """Pack records into ``(payload uint8, byte offsets, shapes)``."""
@@ -394,8 +416,9 @@ class RaggedStore(_Base):
 
     def append(self, records):
         """Append an iterable of records under one native commit; returns the
-        first new record's index. The commit fsyncs the bytes it wrote before
-        publishing them, once per call: pass many records per call."""
+        first new record's index. The commit is durable at the next
+        ``sync()`` or ``close()`` (with ``durability="each_append"``, on
+        return, at three disk flushes per call)."""
         core = self._open()
         src, offsets, shapes = self._prepare_batch(records)
         return core.append(src, offsets, shapes)

@@ -1,0 +1,138 @@
+"""When appends become durable (an extension: ``durability=``).
+
+The default, ``"at_sync"``, is loaderx 1.7.2's model: an append returns once
+its bytes are in the page cache, and ``sync()`` / ``close()`` make them
+durable. While appends run ahead of the disk a ``durable.zr`` marker records
+the last durable state, so that an open after a power cut can roll back to
+it; a killed process loses nothing (its page cache survives it).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from loaderx.zrecord import DenseStore, RaggedStore
+
+from conftest import ours_only, run_ref
+
+pytestmark = ours_only
+
+MARKER = "durable.zr"
+
+
+def marker(path):
+    return os.path.exists(os.path.join(path, MARKER))
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_the_default_defers_until_sync_or_close(kind):
+    def store():
+        if kind == "dense":
+            return DenseStore("s", np.int32, (4,), codec="zstd")
+        return RaggedStore("s", np.int32, codec="zstd")
+
+    def rows(n, at):
+        a = np.arange(at * 4, (at + n) * 4, dtype=np.int32).reshape(n, 4)
+        return a if kind == "dense" else list(a)
+
+    s = store()
+    assert s.durability == "at_sync"
+    assert not marker("s")
+    s.append(rows(3, 0))
+    assert marker("s"), "the first deferred append writes the marker"
+    s.sync()
+    assert not marker("s"), "sync makes the appends durable"
+    s.append(rows(2, 3))
+    assert marker("s")
+    s.close()
+    assert not marker("s"), "close syncs"
+    with store() as s:
+        s.append(rows(1, 5))
+        assert marker("s")
+    assert not marker("s"), "leaving the with block syncs"
+    with DenseStore("s") if kind == "dense" else RaggedStore("s") as s:
+        got = np.stack(list(s[:]))
+    assert got.tolist() == np.stack(list(rows(6, 0))).tolist()
+
+
+def test_delete_and_compact_make_deferred_appends_durable():
+    with DenseStore("s", np.uint8, (8,), codec="raw") as s:
+        s.append(np.ones((5, 8), np.uint8))
+        s.delete([0])
+        assert not marker("s")
+        s.append(np.ones((2, 8), np.uint8))
+        s.compact()
+        assert not marker("s")
+        assert len(s) == 6
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_each_append_is_durable_on_return(kind):
+    if kind == "dense":
+        s = DenseStore("s", np.uint8, (8,), durability="each_append")
+        s.append(np.zeros((2, 8), np.uint8))
+    else:
+        s = RaggedStore("s", np.uint8, durability="each_append")
+        s.append([b"abc", b"de"])
+    assert s.durability == "each_append"
+    assert not marker("s"), "each-append writes no marker"
+    s.close()
+    # The durability belongs to a handle: a reopen picks its own.
+    again = DenseStore("s") if kind == "dense" else RaggedStore("s")
+    assert again.durability == "at_sync"
+    again.close()
+
+
+def test_an_unknown_durability_is_a_value_error():
+    with pytest.raises(ValueError, match="durability"):
+        DenseStore("s", np.uint8, (8,), durability="sometimes")
+    DenseStore("s", np.uint8, (8,)).close()
+    with pytest.raises(ValueError, match="durability"):
+        DenseStore("s", durability="eventually")
+    with pytest.raises(ValueError, match="durability"):
+        RaggedStore("r", np.uint8, durability="")
+
+
+WRITER = textwrap.dedent(r'''
+    import os, signal, sys
+    import numpy as np
+    from loaderx.zrecord import DenseStore
+    s = DenseStore(sys.argv[1], np.int64, (16,), codec=sys.argv[2])
+    for i in range(200):
+        s.append(np.full((1, 16), i, np.int64))
+        if i == 119:
+            s.sync()
+    print("appended", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # no close, no destructor
+''')
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_a_killed_writer_loses_no_returned_append(codec, ref_python):
+    proc = subprocess.run([sys.executable, "-c", WRITER, "s", codec],
+                          capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert "appended" in proc.stdout
+    assert marker("s"), "80 appends after the last sync left the marker"
+    # The reference ignores the marker and reads every record.
+    out = run_ref(ref_python, textwrap.dedent('''
+        import sys, numpy as np
+        from loaderx.zrecord import DenseStore
+        with DenseStore(sys.argv[1]) as s:
+            print(len(s), int(s[len(s) - 1][0]))
+    '''), os.path.abspath("s"))
+    assert out.split() == ["200", "199"]
+    # Same boot: the page cache holds every write, so nothing rolls back.
+    with DenseStore("s", read_only=True) as ro:
+        assert len(ro) == 200
+    assert marker("s"), "a read-only open leaves the marker"
+    with DenseStore("s") as s:
+        assert not marker("s"), "a read-write open settles it"
+        got = s[:]
+    assert got[:, 0].tolist() == list(range(200))
+    assert (got == got[:, :1]).all()

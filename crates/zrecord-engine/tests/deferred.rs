@@ -1,0 +1,225 @@
+//! Deferred durability (`Durability::AtSync`) step by step: what each call
+//! writes and syncs, what a killed process and a power cut leave, and how
+//! the `durable.zr` marker comes and goes. (`power_loss.rs` and `kill.rs`
+//! cover every crash point; these tests name the cases.)
+
+mod common;
+use common::workload::read_all;
+use std::path::Path;
+use std::sync::Arc;
+use zrecord_engine::sim::SimVfs;
+use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode, ReadPath};
+
+const DIR: &str = "/s";
+
+fn cfg(v: &SimVfs) -> EngineConfig {
+    EngineConfig {
+        vfs: Arc::new(v.clone()),
+        chunk_capacity: 200,
+        loc_segment_entries: 4,
+        flush_bytes: 32,
+        read_path: ReadPath::Pread,
+    }
+}
+
+fn deferred(codec: Codec) -> CreateOptions {
+    CreateOptions {
+        durability: Durability::AtSync,
+        ..CreateOptions::new(codec)
+    }
+}
+
+fn rec(k: u8) -> Vec<u8> {
+    vec![k; 30 + k as usize]
+}
+
+fn append(e: &Engine, ks: std::ops::Range<u8>) {
+    for k in ks {
+        e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
+    }
+}
+
+fn marker(v: &SimVfs) -> bool {
+    v.read_file(&Path::new(DIR).join("durable.zr")).is_some()
+}
+
+fn expect(e: &Engine, ks: std::ops::Range<u8>) {
+    let want: Vec<Vec<u8>> = ks.map(rec).collect();
+    assert_eq!(read_all(e).unwrap(), want);
+}
+
+#[test]
+fn deferred_appends_sync_nothing_until_sync() {
+    let v = SimVfs::new();
+    let e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&v)).unwrap();
+    assert_eq!(e.durability(), Durability::AtSync);
+    assert!(!marker(&v), "no marker before the first append");
+    append(&e, 0..1);
+    assert!(marker(&v), "the first deferred append writes the marker");
+    // Later appends, crossing chunks and loc segments, leave writes pending.
+    append(&e, 1..9);
+    assert!(v.snapshot().pending_ops() > 0);
+    e.sync().unwrap();
+    assert!(!marker(&v), "sync removes the marker");
+    assert_eq!(
+        v.snapshot().pending_ops(),
+        0,
+        "sync leaves nothing unsynced"
+    );
+    append(&e, 9..10);
+    assert!(marker(&v), "the next append after a sync writes it again");
+    e.close().unwrap();
+    assert!(!marker(&v), "close syncs");
+    assert_eq!(v.snapshot().pending_ops(), 0);
+    let e = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&v)).unwrap();
+    expect(&e, 0..10);
+}
+
+#[test]
+fn a_kill_keeps_every_returned_append_and_a_power_cut_the_synced_ones() {
+    for codec in [Codec::Raw, Codec::Zstd] {
+        let v = SimVfs::new();
+        let e = Engine::create_with(DIR, &deferred(codec), cfg(&v)).unwrap();
+        append(&e, 0..3);
+        e.sync().unwrap();
+        append(&e, 3..8);
+        let at = v.snapshot();
+        std::mem::forget(e); // a killed process runs no destructor
+
+        // Killed: same boot, the page cache holds every write.
+        let killed = at.kill_image();
+        let ro = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&killed)).unwrap();
+        expect(&ro, 0..8);
+        drop(ro);
+        assert!(marker(&killed), "a read-only open leaves the marker");
+        let rw = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&killed)).unwrap();
+        expect(&rw, 0..8);
+        assert!(!marker(&killed), "a read-write open settles the marker");
+        assert_eq!(killed.snapshot().pending_ops(), 0);
+        drop(rw);
+
+        // Power cut, even one that kept every write: back to the sync.
+        for seed in 0..20 {
+            let cut = at.crash_image(seed);
+            let ro = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&cut)).unwrap();
+            expect(&ro, 0..3);
+            drop(ro);
+            let mut rw = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&cut)).unwrap();
+            expect(&rw, 0..3);
+            assert!(!marker(&cut));
+            assert!(rw.verify().unwrap().is_ok());
+            // The roll-back is durable: another cut changes nothing.
+            drop(rw);
+            let again = cut.snapshot().crash_image(seed + 1);
+            rw = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&again)).unwrap();
+            expect(&rw, 0..3);
+            // Appends land over the dropped ones.
+            rw.set_durability(Durability::AtSync).unwrap();
+            append(&rw, 3..6);
+            rw.compact().unwrap();
+            expect(&rw, 0..6);
+        }
+    }
+}
+
+#[test]
+fn delete_compact_and_a_switch_to_each_append_make_deferred_appends_durable() {
+    let v = SimVfs::new();
+    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
+    append(&e, 0..6);
+    e.delete(&[0]).unwrap();
+    assert!(!marker(&v), "delete settles first");
+    let survivors = read_all(&e).unwrap();
+    let cut = v.snapshot().crash_image(0);
+    let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&cut)).unwrap();
+    assert_eq!(
+        read_all(&r).unwrap(),
+        survivors,
+        "a power cut after a delete keeps it"
+    );
+    drop(r);
+
+    append(&e, 6..8);
+    e.compact().unwrap();
+    assert!(!marker(&v), "compact settles first");
+
+    append(&e, 8..9);
+    assert!(marker(&v));
+    e.set_durability(Durability::EachAppend).unwrap();
+    assert!(!marker(&v), "switching to each-append settles");
+    append(&e, 9..10);
+    assert!(!marker(&v), "each-append writes no marker");
+    let all = read_all(&e).unwrap();
+    let cut = v.snapshot().crash_image(0);
+    let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&cut)).unwrap();
+    assert_eq!(read_all(&r).unwrap(), all);
+}
+
+#[test]
+fn dropping_a_deferred_handle_syncs() {
+    let v = SimVfs::new();
+    let e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&v)).unwrap();
+    append(&e, 0..4);
+    drop(e);
+    assert!(!marker(&v));
+    let cut = v.snapshot().crash_image(0);
+    let r = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&cut)).unwrap();
+    expect(&r, 0..4);
+}
+
+#[test]
+fn a_torn_or_foreign_marker_leaves_meta_standing() {
+    // A marker torn before it was durable means no deferred append started.
+    let v = SimVfs::new();
+    let e = Engine::create_with(DIR, &CreateOptions::new(Codec::Raw), cfg(&v)).unwrap();
+    append(&e, 0..3);
+    drop(e);
+    let p = Path::new(DIR).join("durable.zr");
+    for junk in [&b""[..], b"ZDUR", &[0xAB; 80]] {
+        v.write_file(&p, junk);
+        let cut = v.snapshot().crash_image(0);
+        let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&cut)).unwrap();
+        expect(&r, 0..3);
+        assert!(!marker(&cut), "the read-write open removes it");
+    }
+}
+
+#[test]
+fn a_marker_naming_another_codec_is_a_clear_error() {
+    // Write a real marker from a zstd store, then put it beside a raw one.
+    let z = SimVfs::new();
+    let e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&z)).unwrap();
+    append(&e, 0..1);
+    let m = z.read_file(&Path::new(DIR).join("durable.zr")).unwrap();
+    std::mem::forget(e);
+
+    let v = SimVfs::new();
+    drop(Engine::create_with(DIR, &CreateOptions::new(Codec::Raw), cfg(&v)).unwrap());
+    v.write_file(&Path::new(DIR).join("durable.zr"), &m);
+    let cut = v.snapshot().crash_image(0); // another boot: the marker is read
+    let err = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&cut)).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("durable.zr") && msg.contains("codec"),
+        "unclear error: {msg}"
+    );
+}
+
+#[test]
+fn real_file_system_markers_come_and_go() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let m = dir.join("durable.zr");
+    let e = Engine::create(&dir, &deferred(Codec::Zstd)).unwrap();
+    append(&e, 0..5);
+    assert!(m.exists());
+    e.sync().unwrap();
+    assert!(!m.exists());
+    append(&e, 5..7);
+    // A read-only open on the same boot sees every append (the reference
+    // would too); the writer still holds the lock, so try after close.
+    e.close().unwrap();
+    assert!(!m.exists());
+    let r = Engine::open(&dir, OpenMode::ReadOnly).unwrap();
+    expect(&r, 0..7);
+}
