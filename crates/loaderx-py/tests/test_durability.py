@@ -136,3 +136,27 @@ def test_a_killed_writer_loses_no_returned_append(codec, ref_python):
         got = s[:]
     assert got[:, 0].tolist() == list(range(200))
     assert (got == got[:, :1]).all()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_closing_its_copy_keeps_the_parents_marker():
+    s = DenseStore("s", np.uint8, (8,), codec="raw")
+    s.append(np.ones((3, 8), np.uint8))
+    assert marker("s")
+    pid = os.fork()
+    if pid == 0:  # the child drops its inherited copy of the handle
+        code = 0
+        try:
+            s.close()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # The parent's appends are still ahead of the disk: the marker must stay.
+    assert marker("s")
+    s.append(np.ones((2, 8), np.uint8))
+    s.close()
+    assert not marker("s")
+    with DenseStore("s") as s:
+        assert len(s) == 5

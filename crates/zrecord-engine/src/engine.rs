@@ -135,6 +135,9 @@ pub struct Engine {
     pub(crate) boot: Option<Vec<u8>>,
     /// `durable.zr` exists: `meta.zr` may be ahead of the disk.
     pub(crate) armed: AtomicBool,
+    /// The process that opened the handle: a forked child that inherits it
+    /// must not remove the marker the parent's later appends rely on.
+    pub(crate) pid: u32,
 }
 
 impl Engine {
@@ -256,6 +259,7 @@ impl Engine {
             durability: opts.durability,
             boot: vfs.boot_id(),
             armed: AtomicBool::new(false),
+            pid: std::process::id(),
         })
     }
 
@@ -553,6 +557,7 @@ impl Engine {
             // A marker left by a handle that never synced: settled below by a
             // read-write handle, left alone by a read-only one.
             armed: AtomicBool::new(has_marker),
+            pid: std::process::id(),
         };
         if !read_only {
             if rolled_back {
@@ -652,7 +657,8 @@ impl Engine {
 
     /// Makes every committed record durable: fsyncs the chunks, then the loc
     /// segments, then `meta.zr`; after deferred appends, then the directory,
-    /// and removes the `durable.zr` marker. A failure poisons the handle.
+    /// and removes the `durable.zr` marker (not from a forked child, whose
+    /// parent may append on). A failure poisons the handle.
     pub fn sync(&self) -> Result<()> {
         if self.read_only {
             return Ok(());
@@ -660,7 +666,7 @@ impl Engine {
         self.check_poisoned()?;
         let _g = self.lock_append();
         self.sync_files()?;
-        if self.armed.load(Ordering::Acquire) {
+        if self.armed.load(Ordering::Acquire) && std::process::id() == self.pid {
             // Files the deferred appends created get durable entries before
             // the marker goes; then its removal is made durable.
             let sync_dir = || {
@@ -817,7 +823,10 @@ impl Drop for Engine {
     /// Makes deferred appends durable (best effort: [`Engine::close`]
     /// reports a failure; after one, the next open recovers).
     fn drop(&mut self) {
-        if !self.read_only && !self.poisoned.load(Ordering::Acquire) {
+        if !self.read_only
+            && !self.poisoned.load(Ordering::Acquire)
+            && std::process::id() == self.pid
+        {
             let _ = self.settle();
         }
     }

@@ -289,9 +289,11 @@ fn durability_is_chosen_per_handle_and_close_syncs() {
     s.close().unwrap();
     assert!(!marker.exists(), "close syncs");
     // Each-append at open: no marker, and the next open picks its own.
-    let s =
-        DenseStore::<u16>::open_with(&path, &OpenOptions::default().durability(Durability::EachAppend))
-            .unwrap();
+    let s = DenseStore::<u16>::open_with(
+        &path,
+        &OpenOptions::default().durability(Durability::EachAppend),
+    )
+    .unwrap();
     assert_eq!(s.durability(), Durability::EachAppend);
     s.append(rows.view()).unwrap();
     assert!(!marker.exists());
@@ -309,7 +311,8 @@ fn durability_is_chosen_per_handle_and_close_syncs() {
         },
     )
     .unwrap();
-    r.append([ndarray::arr1(&[1u8, 2]).into_dyn().view()]).unwrap();
+    r.append([ndarray::arr1(&[1u8, 2]).into_dyn().view()])
+        .unwrap();
     assert!(!dir.path().join("r/durable.zr").exists());
     r.close().unwrap();
 }
