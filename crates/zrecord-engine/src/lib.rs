@@ -17,6 +17,9 @@
 //!   compact take `&mut self`.
 //! - [`Codec`] and [`CreateOptions`]: raw, zstd (level 3), zstd with a
 //!   dictionary (level 19, [`train_dictionary`]).
+//! - [`Durability`]: appends become durable at [`Engine::sync`] /
+//!   [`Engine::close`] (the default, with a roll-back to the last sync after
+//!   a power cut) or on return.
 //! - [`typed_header`]: read/write of the typed layer's `store.zr`.
 //! - [`Engine::verify`] and [`VerifyReport`]: a full consistency check.
 //! - [`AlignedBuf`]: page-aligned destination buffers.
@@ -38,7 +41,9 @@
 //!     assert_eq!(first, 0);
 //!     // Two records of different widths.
 //!     engine.append_var(b"hello, world", &[0, 5, 12])?;
-//!     engine.sync()?;
+//!     // Durable against a power cut (dropping the handle also syncs, but
+//!     // cannot report a failure).
+//!     engine.close()?;
 //! }
 //! let engine = Engine::open(&store, OpenMode::ReadOnly)?;
 //! assert_eq!(engine.len(), 5);

@@ -21,6 +21,10 @@
 //!   [`Codec::ZstdDict`] store.
 //! - [`OpenOptions`] (read-only handles share a store; expected dtype,
 //!   shape and codec), [`probe`], [`check_equal_lengths`].
+//! - [`Durability`]: an append is visible at once and survives its process
+//!   being killed; by default it becomes durable against a power cut at
+//!   `sync()` or `close()` (a power cut before that rolls the store back to
+//!   the last sync), or, with [`Durability::EachAppend`], on return.
 //!
 //! ```
 //! use ndarray::{Array2, array};
@@ -37,7 +41,7 @@
 //! // Token sequences of any length.
 //! let seqs = RaggedStore::<i32>::create(dir.path().join("seqs"), &CreateOptions::new(Codec::Raw))?;
 //! seqs.append([array![1, 2, 3].view(), array![4].view()])?;
-//! drop(seqs);
+//! seqs.close()?; // durable; dropping also syncs but cannot report a failure
 //! let seqs = RaggedStore::<i32>::open_with(dir.path().join("seqs"), &OpenOptions::read_only())?;
 //! assert_eq!(seqs.len(), 2);
 //! assert_eq!(seqs.get(-1)?, array![4].into_dyn());
