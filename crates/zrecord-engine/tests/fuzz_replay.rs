@@ -25,8 +25,9 @@ fn inputs(target: &str) -> Vec<Vec<u8>> {
     out
 }
 
-/// A valid store, encoded as a `store_open` input.
-fn valid_image(codec: Codec) -> Vec<u8> {
+/// A valid store, encoded as a `store_open` input; `killed`: its writer
+/// died with deferred appends after the last sync, leaving `durable.zr`.
+fn valid_image(codec: Codec, killed: bool) -> Vec<u8> {
     let v = SimVfs::new();
     let dir = Path::new("/s");
     let cfg = EngineConfig {
@@ -42,7 +43,13 @@ fn valid_image(codec: Codec) -> Vec<u8> {
     e.append_var(&recs, &offsets).unwrap();
     e.delete(&[3, 5]).unwrap();
     e.sync().unwrap();
-    drop(e);
+    if killed {
+        e.append_var(&recs[..30], &[0, 7, 30]).unwrap();
+        std::mem::forget(e); // no destructor: the marker stays
+        assert!(v.read_file(&dir.join("durable.zr")).is_some());
+    } else {
+        drop(e);
+    }
     fuzzing::encode_image(&v, dir)
 }
 
@@ -55,11 +62,12 @@ fn maybe_write(target: &str, name: &str, data: &[u8]) {
 
 #[test]
 fn store_open_corpus_replays_without_panic() {
-    for (codec, name) in [
-        (Codec::Raw, "valid_raw.bin"),
-        (Codec::Zstd, "valid_zstd.bin"),
+    for (codec, killed, name) in [
+        (Codec::Raw, false, "valid_raw.bin"),
+        (Codec::Zstd, false, "valid_zstd.bin"),
+        (Codec::Zstd, true, "valid_zstd_marker.bin"),
     ] {
-        let img = valid_image(codec);
+        let img = valid_image(codec, killed);
         maybe_write("store_open", name, &img);
         assert!(
             fuzzing::store_open(&img),
@@ -67,7 +75,7 @@ fn store_open_corpus_replays_without_panic() {
         );
     }
     let all = inputs("store_open");
-    assert!(all.len() >= 2);
+    assert!(all.len() >= 3);
     for data in &all {
         let _ = fuzzing::store_open(data);
         // And every single-byte flip of the seeds' first 200 bytes.
