@@ -288,7 +288,9 @@ class _Base:
         return self._open().has_dict()
 
     def sync(self):
-        """Durably flush payload, record locations, then the header commit."""
+        """Make every append so far durable: flush payloads, record
+        locations, then the header (and drop the ``durable.zr`` marker that
+        protected deferred appends)."""
         self._open().sync()
 
     def delete(self, idx):
