@@ -16,7 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from loaderx.zrecord import DenseStore, RaggedStore
+from loaderx.zrecord import DenseStore, RaggedStore, ZrecordError
 
 from conftest import ours_only, run_ref
 
@@ -138,25 +138,72 @@ def test_a_killed_writer_loses_no_returned_append(codec, ref_python):
     assert (got == got[:, :1]).all()
 
 
+def _in_child(fn):
+    """Run ``fn`` in a forked child; return its exit code."""
+    pid = os.fork()
+    if pid == 0:
+        code = 4
+        try:
+            code = fn()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_closing_its_copy_keeps_the_parents_marker():
+def test_a_forked_child_cannot_write_and_closing_its_copy_keeps_the_marker():
     s = DenseStore("s", np.uint8, (8,), codec="raw")
     s.append(np.ones((3, 8), np.uint8))
     assert marker("s")
-    pid = os.fork()
-    if pid == 0:  # the child drops its inherited copy of the handle
-        code = 0
+
+    def child():
         try:
-            s.close()
-        except BaseException:
-            code = 1
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+            s.append(np.ones((1, 8), np.uint8))
+            return 1
+        except ZrecordError as e:
+            if "forked" not in str(e):
+                return 2
+        s.close()  # syncs, but the parent's marker stays
+        return 0
+
+    assert _in_child(child) == 0
     # The parent's appends are still ahead of the disk: the marker must stay.
     assert marker("s")
     s.append(np.ones((2, 8), np.uint8))
+    assert len(s) == 5
     s.close()
     assert not marker("s")
     with DenseStore("s") as s:
         assert len(s) == 5
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_whose_parent_closed_cannot_append_without_a_marker():
+    s = DenseStore("s", np.uint8, (8,), codec="raw")
+    s.append(np.ones((3, 8), np.uint8))
+    r, w = os.pipe()
+
+    def child():
+        os.read(r, 1)  # wait for the parent's close
+        try:
+            s.append(np.ones((1, 8), np.uint8))
+            return 1
+        except ZrecordError:
+            return 0
+
+    pid = os.fork()
+    if pid == 0:
+        code = 4
+        try:
+            code = child()
+        finally:
+            os._exit(code)
+    s.close()
+    assert not marker("s")
+    os.write(w, b"x")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not marker("s")
+    with DenseStore("s") as s:
+        assert len(s) == 3

@@ -48,9 +48,12 @@ pub enum Durability {
     /// [`Engine::close`](crate::Engine::close), delete or compaction (and,
     /// best effort, when the handle is dropped). An append syncs nothing; a
     /// power cut before the sync rolls the store back to the last durable
-    /// point. loaderx 1.7.2 defers the same way, without the roll-back. On a
-    /// system without a boot id (not Linux) appends behave as
-    /// [`Durability::EachAppend`], since a reboot cannot be told apart.
+    /// point. So does any reboot between a killed writer and the next open,
+    /// and an open on another host, since neither can trust the page cache.
+    /// A failed sync also goes back to that point (and says so). loaderx
+    /// 1.7.2 defers the same way, without the roll-back. On a system without
+    /// a boot id (not Linux) appends behave as [`Durability::EachAppend`],
+    /// since a reboot cannot be told apart.
     #[default]
     AtSync,
     /// Durable on return: an append fsyncs its payloads and loc entries,

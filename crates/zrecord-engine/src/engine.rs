@@ -135,6 +135,9 @@ pub struct Engine {
     pub(crate) boot: Option<Vec<u8>>,
     /// `durable.zr` exists: `meta.zr` may be ahead of the disk.
     pub(crate) armed: AtomicBool,
+    /// The header `durable.zr` names (when it is valid): durable, and put
+    /// back into `meta.zr` when a sync fails.
+    pub(crate) durable_header: Mutex<Option<Header>>,
     /// The process that opened the handle: a forked child that inherits it
     /// must not remove the marker the parent's later appends rely on.
     pub(crate) pid: u32,
@@ -259,6 +262,7 @@ impl Engine {
             durability: opts.durability,
             boot: vfs.boot_id(),
             armed: AtomicBool::new(false),
+            durable_header: Mutex::new(None),
             pid: std::process::id(),
         })
     }
@@ -266,8 +270,28 @@ impl Engine {
     /// [`Engine::open`] with internal parameters.
     #[doc(hidden)]
     pub fn open_with(dir: impl AsRef<Path>, mode: OpenMode, cfg: EngineConfig) -> Result<Engine> {
+        let dir = dir.as_ref();
+        match Self::open_inner(dir, mode, cfg.clone(), false) {
+            // `meta.zr` names bytes the files lack although this is the boot
+            // that wrote them: a failed write-back (an I/O error, a device
+            // that lost power on its own). A valid marker still names a
+            // durable header; fall back to it.
+            Err(e @ Error::Corrupted { .. }) => {
+                Self::open_inner(dir, mode, cfg, true).map_err(|_| e)
+            }
+            r => r,
+        }
+    }
+
+    /// The open; `use_marker`: take a valid marker's header whatever the boot.
+    fn open_inner(
+        dir: &Path,
+        mode: OpenMode,
+        cfg: EngineConfig,
+        use_marker: bool,
+    ) -> Result<Engine> {
         cfg.validate()?;
-        let dir = dir.as_ref().to_path_buf();
+        let dir = dir.to_path_buf();
         let vfs = cfg.vfs.clone();
         let names = match vfs.list_dir(&dir) {
             Ok(n) => n,
@@ -313,6 +337,7 @@ impl Engine {
         let marker_path = dir.join(DURABLE_FILE);
         let has_marker = names.iter().any(|n| n == DURABLE_FILE);
         let mut rolled_back = false;
+        let mut marker_header = None;
         let boot = vfs.boot_id();
         if has_marker {
             let f = open(&marker_path)?;
@@ -320,8 +345,10 @@ impl Engine {
             let mut b = vec![0u8; n.min(1024) as usize];
             f.read_at(&mut b, 0)
                 .map_err(|e| Error::io(&marker_path, "read", e))?;
-            if let Some(m) = Marker::decode(&b)
-                && (m.boot.is_empty() || boot.as_deref() != Some(&m.boot[..]))
+            let m = Marker::decode(&b);
+            marker_header = m.as_ref().map(|m| m.header);
+            if let Some(m) = m
+                && (use_marker || m.boot.is_empty() || boot.as_deref() != Some(&m.boot[..]))
             {
                 if m.header.codec != header.codec {
                     return Err(Error::corrupted(
@@ -336,6 +363,9 @@ impl Engine {
                 rolled_back = m.header != header;
                 header = m.header;
             }
+        }
+        if use_marker && !rolled_back {
+            return Err(Error::corrupted(&meta_path, "no marker to fall back to"));
         }
 
         // A pending intent: a delete or compaction move that a crash
@@ -557,6 +587,7 @@ impl Engine {
             // A marker left by a handle that never synced: settled below by a
             // read-write handle, left alone by a read-only one.
             armed: AtomicBool::new(has_marker),
+            durable_header: Mutex::new(marker_header),
             pid: std::process::id(),
         };
         if !read_only {
@@ -665,8 +696,30 @@ impl Engine {
         }
         self.check_poisoned()?;
         let _g = self.lock_append();
+        // Another thread's failed sync may have poisoned the handle while
+        // this one waited: its lost writes must not be reported durable.
+        self.check_poisoned()?;
+        let owner = std::process::id() == self.pid;
+        let r = self.sync_locked(owner);
+        if r.is_err() && owner && self.armed.load(Ordering::Acquire) {
+            // The kernel reports a failed write-back once and may then
+            // treat the lost pages as clean, so a later open on this boot
+            // would trust a `meta.zr` naming them. Put back the header the
+            // marker names, whose records are durable.
+            let h = *self
+                .durable_header
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some(h) = h {
+                let _ = self.meta.file.write_at(&h.encode(), 0);
+            }
+        }
+        r
+    }
+
+    fn sync_locked(&self, owner: bool) -> Result<()> {
         self.sync_files()?;
-        if self.armed.load(Ordering::Acquire) && std::process::id() == self.pid {
+        if self.armed.load(Ordering::Acquire) && owner {
             // Files the deferred appends created get durable entries before
             // the marker goes; then its removal is made durable.
             let sync_dir = || {
@@ -684,6 +737,10 @@ impl Engine {
             }
             sync_dir()?;
             self.armed.store(false, Ordering::Release);
+            *self
+                .durable_header
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
         }
         Ok(())
     }
@@ -750,6 +807,10 @@ impl Engine {
             .vfs
             .sync_dir(&self.dir)
             .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))?;
+        *self
+            .durable_header
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(*header);
         self.armed.store(true, Ordering::Release);
         Ok(())
     }
@@ -795,6 +856,12 @@ impl Engine {
         if self.read_only {
             return Err(Error::ReadOnly {
                 path: self.dir.clone(),
+            });
+        }
+        if std::process::id() != self.pid {
+            return Err(Error::ForeignProcess {
+                path: self.dir.clone(),
+                opener: self.pid,
             });
         }
         self.check_poisoned()

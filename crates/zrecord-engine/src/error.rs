@@ -70,6 +70,18 @@ pub enum Error {
         /// The store directory.
         path: PathBuf,
     },
+    /// A write through a handle inherited by a forked process: the two
+    /// processes would share one lock and one in-memory state, and the
+    /// deferred-append marker belongs to the process that opened the store.
+    #[error(
+        "store {path}: this handle was opened by process {opener}; a forked process cannot write through it (open the store in this process)"
+    )]
+    ForeignProcess {
+        /// The store directory.
+        path: PathBuf,
+        /// The process that opened the handle.
+        opener: u32,
+    },
     /// A previous write or sync failed; the in-memory state may no longer
     /// match the disk, so the handle refuses further writes. Reopen the store.
     #[error("store {path}: a previous I/O error poisoned this handle; reopen the store")]

@@ -26,10 +26,6 @@ impl Engine {
     /// Ragged stores delete item pairs with `k = 2`.
     pub fn delete_groups(&mut self, groups: &[u64], group_size: u64) -> Result<()> {
         self.check_writable()?;
-        // Deferred appends become durable first: the intent protocol below
-        // assumes the header it starts from is, and a stale `durable.zr`
-        // must never roll a delete back.
-        self.settle()?;
         let k = group_size;
         if k == 0 {
             return Err(Error::InvalidArgument("group_size must be > 0".into()));
@@ -56,6 +52,11 @@ impl Engine {
         if order.is_empty() {
             return Ok(());
         }
+        // Deferred appends become durable first: the intent protocol below
+        // assumes the header it starts from is, and a stale `durable.zr`
+        // must never roll a delete back.
+        self.settle()?;
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         // Simulate the swaps over an overlay, so a failure leaves memory as it was.
         let mut overlay: BTreeMap<u64, Loc> = BTreeMap::new();
         let mut live = ngroups;

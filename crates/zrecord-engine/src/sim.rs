@@ -10,7 +10,9 @@
 //!   each unsynced write kept, dropped, or torn at 512-byte sectors (writes
 //!   inside one sector are atomic), and a prefix of the unsynced directory
 //!   operations applied;
-//! - fail the Nth I/O call with an injected error ([`SimVfs::fail_at`]).
+//! - fail the Nth I/O call with an injected error ([`SimVfs::fail_at`]); a
+//!   failed `sync` loses the file's unsynced writes from the disk while the
+//!   cache still shows them, as Linux does after a failed write-back.
 //!
 //! It never maps files, so every read goes through the trait.
 
@@ -383,10 +385,18 @@ impl StorageFile for SimFile {
 
     fn sync(&self) -> io::Result<()> {
         let mut s = self.vfs.lock();
-        enter(&mut s, true)?;
+        let r = enter(&mut s, true);
         let n = &mut s.nodes[self.node];
-        n.durable = n.current.clone();
-        n.pending.clear();
+        if r.is_err() {
+            // As Linux after a failed write-back: the unsynced writes never
+            // reach the disk, yet the cache keeps them and reports them
+            // clean, so a later sync succeeds without them.
+            n.pending.clear();
+            return r;
+        }
+        for op in std::mem::take(&mut n.pending) {
+            apply(&mut n.durable, &op);
+        }
         Ok(())
     }
 

@@ -282,3 +282,31 @@ fn real_file_system_rolls_back_when_the_marker_names_another_boot() {
     let again = Engine::open(&copy, OpenMode::ReadOnly).unwrap();
     expect(&again, 0..5);
 }
+
+#[test]
+fn an_open_falls_back_to_the_marker_when_meta_names_missing_bytes() {
+    // Same boot, yet the files lack what meta.zr names (a failed write-back,
+    // a device that lost power on its own): the marker's header is durable.
+    let v = SimVfs::new();
+    let e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
+    append(&e, 0..3);
+    e.sync().unwrap();
+    append(&e, 3..8); // records 4..8 live in loc segment 1
+    let image = v.snapshot().kill_image();
+    std::mem::forget(e);
+    image.write_file(&Path::new(DIR).join("1.loc"), b"");
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let r = Engine::open_with(DIR, mode, cfg(&image)).unwrap();
+        expect(&r, 0..3);
+    }
+    // Without a marker the same damage is a clear error.
+    image.write_file(&Path::new(DIR).join("meta.zr"), &{
+        let v2 = SimVfs::new();
+        let e2 = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v2)).unwrap();
+        append(&e2, 0..8);
+        e2.close().unwrap();
+        v2.read_file(&Path::new(DIR).join("meta.zr")).unwrap()
+    });
+    let err = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&image)).unwrap_err();
+    assert!(err.to_string().contains("1.loc"), "{err}");
+}

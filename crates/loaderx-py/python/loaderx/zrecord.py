@@ -23,6 +23,8 @@ reference, a power cut before that rolls the store back to its last durable
 state (the reference's header could then name records whose bytes never
 reached the disk). ``durability="each_append"`` makes
 every append durable on return, at the cost of three disk flushes per call.
+A handle inherited by a forked process can be read and closed there, but
+not written through (``ZrecordError``): open the store in that process.
 
 """
 
