@@ -138,8 +138,9 @@ def test_a_killed_writer_loses_no_returned_append(codec, ref_python):
     assert (got == got[:, :1]).all()
 
 
-def _in_child(fn):
-    """Run ``fn`` in a forked child; return its exit code."""
+def _fork(fn):
+    """Run ``fn`` in a forked child, which exits with its return value (4 if
+    it raised); return the child's pid."""
     pid = os.fork()
     if pid == 0:
         code = 4
@@ -147,6 +148,10 @@ def _in_child(fn):
             code = fn()
         finally:
             os._exit(code)
+    return pid
+
+
+def _exit_code(pid):
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
 
@@ -167,7 +172,7 @@ def test_a_forked_child_cannot_write_and_closing_its_copy_keeps_the_marker():
         s.close()  # syncs, but the parent's marker stays
         return 0
 
-    assert _in_child(child) == 0
+    assert _exit_code(_fork(child)) == 0
     # The parent's appends are still ahead of the disk: the marker must stay.
     assert marker("s")
     s.append(np.ones((2, 8), np.uint8))
@@ -192,18 +197,11 @@ def test_a_child_whose_parent_closed_cannot_append_without_a_marker():
         except ZrecordError:
             return 0
 
-    pid = os.fork()
-    if pid == 0:
-        code = 4
-        try:
-            code = child()
-        finally:
-            os._exit(code)
+    pid = _fork(child)
     s.close()
     assert not marker("s")
     os.write(w, b"x")
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert _exit_code(pid) == 0
     assert not marker("s")
     with DenseStore("s") as s:
         assert len(s) == 3
