@@ -171,14 +171,24 @@ impl Engine {
             }
         };
 
-        // Payloads: vectored writes of about flush_bytes, in parallel.
+        // Payloads: vectored writes of about flush_bytes, one file after
+        // the other in order, files in parallel. Two threads writing one
+        // file only queue on its inode lock (the kernel spins on it: a
+        // quarter of a 256 x 4 KiB append loop's time when they did).
         let groups = self.write_groups(&stored, &locs);
-        groups.par_iter().try_for_each(|g| {
-            let h = handle_of(g.chunk);
-            h.file
-                .write_vectored_at(&g.bufs, g.offset)
-                .map_err(|e| self.poison(Error::io(&h.path, "write", e)))
-        })?;
+        let write_file = |gs: &[WriteGroup]| {
+            gs.iter().try_for_each(|g| {
+                let h = handle_of(g.chunk);
+                h.file
+                    .write_vectored_at(&g.bufs, g.offset)
+                    .map_err(|e| self.poison(Error::io(&h.path, "write", e)))
+            })
+        };
+        let per_chunk: Vec<&[WriteGroup]> = groups.chunk_by(|a, b| a.chunk == b.chunk).collect();
+        match per_chunk[..] {
+            [one] => write_file(one)?,
+            _ => per_chunk.par_iter().try_for_each(|gs| write_file(gs))?,
+        }
 
         // Loc entries, split at segment boundaries.
         let seg = self.cfg.loc_segment_entries;
