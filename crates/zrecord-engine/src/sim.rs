@@ -150,17 +150,7 @@ impl Snapshot {
             1 => self.dir_log.len(),
             _ => rng.below(self.dir_log.len() as u64 + 1) as usize,
         };
-        let mut dir = self.durable_dir.clone();
-        for op in &self.dir_log[..keep] {
-            match op {
-                DirOp::Link(p, id) => {
-                    dir.insert(p.clone(), *id);
-                }
-                DirOp::Unlink(p) => {
-                    dir.remove(p);
-                }
-            }
-        }
+        let dir = self.dir_after(keep);
         SimVfs::from_state(State {
             nodes,
             dirs: self.dirs.clone(),
@@ -175,8 +165,21 @@ impl Snapshot {
     /// is there (in the page cache, still unsynced), and the machine is the
     /// same boot.
     pub fn kill_image(&self) -> SimVfs {
+        SimVfs::from_state(State {
+            nodes: self.nodes.clone(),
+            dirs: self.dirs.clone(),
+            durable_dir: self.durable_dir.clone(),
+            dir: self.dir_after(self.dir_log.len()),
+            dir_log: self.dir_log.clone(),
+            boot: self.boot,
+            ..State::default()
+        })
+    }
+
+    /// The durable directory with the first `keep` unsynced operations applied.
+    fn dir_after(&self, keep: usize) -> BTreeMap<PathBuf, usize> {
         let mut dir = self.durable_dir.clone();
-        for op in &self.dir_log {
+        for op in &self.dir_log[..keep] {
             match op {
                 DirOp::Link(p, id) => {
                     dir.insert(p.clone(), *id);
@@ -186,15 +189,7 @@ impl Snapshot {
                 }
             }
         }
-        SimVfs::from_state(State {
-            nodes: self.nodes.clone(),
-            dirs: self.dirs.clone(),
-            durable_dir: self.durable_dir.clone(),
-            dir,
-            dir_log: self.dir_log.clone(),
-            boot: self.boot,
-            ..State::default()
-        })
+        dir
     }
 
     /// Whether a file of this name exists at this point (durably or not).
