@@ -699,7 +699,7 @@ impl Engine {
         // Another thread's failed sync may have poisoned the handle while
         // this one waited: its lost writes must not be reported durable.
         self.check_poisoned()?;
-        let owner = std::process::id() == self.pid;
+        let owner = self.in_opener();
         let r = self.sync_locked(owner);
         if r.is_err() && owner && self.armed.load(Ordering::Acquire) {
             // The kernel reports a failed write-back once and may then
@@ -752,6 +752,12 @@ impl Engine {
     /// As [`Engine::sync`].
     pub fn close(self) -> Result<()> {
         self.settle()
+    }
+
+    /// Whether this is the process that opened the handle (not a forked
+    /// child that inherited it).
+    fn in_opener(&self) -> bool {
+        std::process::id() == self.pid
     }
 
     /// Whether appends skip their fsyncs (the handle defers, and a reboot
@@ -858,7 +864,7 @@ impl Engine {
                 path: self.dir.clone(),
             });
         }
-        if std::process::id() != self.pid {
+        if !self.in_opener() {
             return Err(Error::ForeignProcess {
                 path: self.dir.clone(),
                 opener: self.pid,
@@ -890,10 +896,7 @@ impl Drop for Engine {
     /// Makes deferred appends durable (best effort: [`Engine::close`]
     /// reports a failure; after one, the next open recovers).
     fn drop(&mut self) {
-        if !self.read_only
-            && !self.poisoned.load(Ordering::Acquire)
-            && std::process::id() == self.pid
-        {
+        if !self.read_only && !self.poisoned.load(Ordering::Acquire) && self.in_opener() {
             let _ = self.settle();
         }
     }

@@ -6,20 +6,13 @@
 mod common;
 use common::workload::read_all;
 use std::path::Path;
-use std::sync::Arc;
 use zrecord_engine::sim::SimVfs;
-use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode, ReadPath};
+use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode};
 
 const DIR: &str = "/s";
 
 fn cfg(v: &SimVfs) -> EngineConfig {
-    EngineConfig {
-        vfs: Arc::new(v.clone()),
-        chunk_capacity: 200,
-        loc_segment_entries: 4,
-        flush_bytes: 32,
-        read_path: ReadPath::Pread,
-    }
+    common::sim(v)
 }
 
 fn deferred(codec: Codec) -> CreateOptions {

@@ -8,19 +8,12 @@ mod common;
 use common::Rng;
 use common::workload::{apply, random_op, read_all, run};
 use std::path::Path;
-use std::sync::Arc;
 use zrecord_engine::sim::SimVfs;
 use zrecord_engine::typed_header::{self, Kind, TypedHeader};
-use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, Error, OpenMode, ReadPath};
+use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, Error, OpenMode};
 
 fn cfg(vfs: &SimVfs) -> EngineConfig {
-    EngineConfig {
-        vfs: Arc::new(vfs.clone()),
-        chunk_capacity: 160,
-        loc_segment_entries: 4,
-        flush_bytes: 24,
-        read_path: ReadPath::Pread,
-    }
+    common::sim(vfs)
 }
 
 fn build(codec: Codec) -> SimVfs {

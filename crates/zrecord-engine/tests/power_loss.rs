@@ -16,22 +16,13 @@ mod common;
 use common::Rng;
 use common::workload::{Op, apply, random_op, read_all, run};
 use std::path::Path;
-use std::sync::Arc;
 use zrecord_engine::sim::SimVfs;
-use zrecord_engine::{
-    Codec, CreateOptions, Durability, Engine, EngineConfig, Error, OpenMode, ReadPath,
-};
+use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, Error, OpenMode};
 
 const IMAGES_PER_POINT: u64 = 10;
 
 fn cfg(vfs: &SimVfs) -> EngineConfig {
-    EngineConfig {
-        vfs: Arc::new(vfs.clone()),
-        chunk_capacity: 160,
-        loc_segment_entries: 4,
-        flush_bytes: 24,
-        read_path: ReadPath::Pread,
-    }
+    common::sim(vfs)
 }
 
 fn script(seed: u64) -> Vec<Op> {

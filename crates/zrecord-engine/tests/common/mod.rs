@@ -41,6 +41,18 @@ pub fn tiny(read_path: ReadPath) -> EngineConfig {
     }
 }
 
+/// Tiny capacities on a simulated disk, positional reads (the crash, fault
+/// and hostile-bytes tests).
+pub fn sim(vfs: &zrecord_engine::sim::SimVfs) -> EngineConfig {
+    EngineConfig {
+        vfs: std::sync::Arc::new(vfs.clone()),
+        chunk_capacity: 160,
+        loc_segment_entries: 4,
+        flush_bytes: 24,
+        read_path: ReadPath::Pread,
+    }
+}
+
 /// A dictionary trained on records like the ones [`record`] makes.
 pub fn dictionary() -> Vec<u8> {
     let mut samples = Vec::new();
