@@ -106,6 +106,7 @@ fn to_py(py: Python<'_>, e: zrecord::Error) -> PyErr {
         | E::NpyTruncated { .. }
         | E::FortranOrder { .. }
         | E::TextParse { .. }
+        | E::TextLineEnding { .. }
         | E::TextColumns { .. } => PyValueError::new_err(msg),
         _ => zerr(py, "ZrecordError", msg),
     }
@@ -941,7 +942,7 @@ fn loadtxt<'py>(
     comments: Option<u8>,
     delimiter: Option<u8>,
     skip_rows: usize,
-    usecols: Option<Vec<usize>>,
+    usecols: Option<Vec<isize>>,
     max_rows: Option<usize>,
     threads: usize,
     chunk_bytes: usize,

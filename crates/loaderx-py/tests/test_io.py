@@ -99,3 +99,70 @@ def test_npy_structured_fortran_and_errors(tmp_path):
     with pytest.raises(ValueError):
         load_npy(tmp_path / "t.npy")
     np.testing.assert_array_equal(load_npy_prefix(tmp_path / "t.npy", 50), full[:50])
+
+
+def test_npy_padded_structured_dtypes_load_as_numpy_does(tmp_path):
+    from loaderx.io import load_npy, load_npy_prefix, npy_header
+    for dtype in (
+        np.dtype([("a", "u1"), ("b", "<f8")], align=True),
+        np.dtype({"names": ["x", "y"], "formats": ["<i2", "<f4"],
+                  "offsets": [2, 8], "itemsize": 16}),
+    ):
+        a = np.zeros(4, dtype)
+        a[dtype.names[0]] = np.arange(4)
+        a[dtype.names[1]] = 0.5
+        path = tmp_path / "p.npy"
+        np.save(path, a)
+        want = np.load(path)
+        assert npy_header(path)["dtype"] == want.dtype == dtype
+        for got in (load_npy(path), load_npy_prefix(path, 4)):
+            assert got.dtype == want.dtype and got.dtype.names == dtype.names
+            assert got.tolist() == want.tolist()
+        # What came back saves and loads again (padding fields would not).
+        np.save(tmp_path / "again.npy", load_npy(path))
+        assert load_npy(tmp_path / "again.npy").dtype == dtype
+
+
+def test_loadtxt_follows_numpy_on_comments_and_usecols(tmp_path):
+    from loaderx.io import loadtxt
+    path = tmp_path / "c.dat"
+    # A comment byte that numbers contain still cuts the line, as in numpy.
+    path.write_text("21\n31\n")
+    np.testing.assert_array_equal(loadtxt(path, comment="1").ravel(),
+                                  np.loadtxt(path, comments="1"))
+    path.write_text("1.5\n2.25\n")
+    np.testing.assert_array_equal(loadtxt(path, comment=".").ravel(),
+                                  np.loadtxt(path, comments="."))
+    csv = tmp_path / "u.csv"
+    csv.write_text("1,2,3\n4,5,6\n")
+    for cols in ([-1, 0, 0], [1, -2], [-3]):
+        np.testing.assert_array_equal(
+            loadtxt(csv, delimiter=",", usecols=cols),
+            np.loadtxt(csv, delimiter=",", usecols=cols, ndmin=2))
+    with pytest.raises(ValueError, match="usecols index -4 is out of range"):
+        loadtxt(csv, delimiter=",", usecols=[-4])
+
+
+def test_loadtxt_refuses_what_it_cannot_read_clearly(tmp_path):
+    import gzip
+    from loaderx.io import loadtxt
+    cr = tmp_path / "mac.dat"
+    cr.write_bytes(b"1 2\r3 4\r")
+    with pytest.raises(ValueError, match="mac.dat:1: a lone carriage return"):
+        loadtxt(cr)
+    crlf = tmp_path / "dos.dat"
+    crlf.write_bytes(b"1 2\r\n3 4\r\n")
+    np.testing.assert_array_equal(loadtxt(crlf), [[1, 2], [3, 4]])
+    gz = tmp_path / "a.dat.gz"
+    gz.write_bytes(gzip.compress(b"1 2\n"))
+    with pytest.raises(ValueError, match="gzip-compressed"):
+        loadtxt(gz)
+    with pytest.raises(IsADirectoryError):
+        loadtxt(tmp_path)
+    ok = tmp_path / "ok.dat"
+    ok.write_text("1 2\n")
+    with pytest.raises(ValueError, match="max_rows"):
+        loadtxt(ok, max_rows=-1)
+    for bad in ({"delimiter": "§"}, {"comment": "§"}, {"comment": " "}):
+        with pytest.raises(ValueError, match="ASCII|whitespace"):
+            loadtxt(ok, **bad)

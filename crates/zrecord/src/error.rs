@@ -105,6 +105,20 @@ pub enum Error {
         token: String,
     },
 
+    /// A text line holds a carriage return that does not end it (an old Mac
+    /// line ending): only LF and CRLF end lines here, so reading on would
+    /// join lines that NumPy keeps apart.
+    #[error(
+        "{}:{line}: a lone carriage return (CR) inside the line; only LF and CRLF line endings are supported (convert CR line endings to LF first, e.g. with `tr '\\r' '\\n'`)",
+        path.display()
+    )]
+    TextLineEnding {
+        /// The file.
+        path: PathBuf,
+        /// 1-based physical line number (counting LF only).
+        line: u64,
+    },
+
     /// A text row has a different number of columns than the first data row.
     #[error("{}:{line}: expected {expected} columns, found {found}", path.display())]
     TextColumns {

@@ -21,7 +21,12 @@
 //! every data row must have the same number of fields, also with `usecols`;
 //! `skip_rows` counts header *data* lines, after comment and blank lines
 //! (fast_loadtxt's definition; NumPy's `skiprows` counts physical lines — the
-//! two agree when the header comes first).
+//! two agree when the header comes first); a lone CR (an old Mac line
+//! ending, which NumPy's text mode splits at) is an error naming its line,
+//! never a silently joined line; a gzip / bzip2 / xz / zstd file is refused
+//! by its magic bytes rather than decompressed. As in NumPy, the comment
+//! byte cuts its line wherever it stands, even inside a number, and
+//! `usecols` may count from the end (`-1`) and name a column twice.
 //!
 //! ```
 //! use zrecord::text::{loadtxt_bytes, LoadTxtOptions};
@@ -61,8 +66,11 @@ pub struct LoadTxtOptions {
     /// Data lines to skip at the start (header rows), counted after comment
     /// and blank lines.
     pub skip_rows: usize,
-    /// Columns to keep, in output order (indices into the file's fields).
-    pub usecols: Option<Vec<usize>>,
+    /// Columns to keep, in output order: indices into the file's fields,
+    /// negative ones counting from the last field (`-1` is the last), as in
+    /// NumPy. A column may be named more than once; each naming is an
+    /// output column.
+    pub usecols: Option<Vec<isize>>,
     /// Read at most this many data rows (after `skip_rows`).
     pub max_rows: Option<usize>,
     /// Worker threads; 0 uses the current rayon pool.
@@ -416,7 +424,12 @@ pub fn loadtxt<T: TextFloat>(path: impl AsRef<Path>, opts: &LoadTxtOptions) -> R
 /// windowed import does not).
 fn map_file(path: &Path, populate: bool) -> Result<Option<memmap2::Mmap>> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    if meta.is_dir() {
+        let e = std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory");
+        return Err(Error::io(path, e));
+    }
+    let len = meta.len();
     if len == 0 {
         return Ok(None);
     }
@@ -432,7 +445,31 @@ fn map_file(path: &Path, populate: bool) -> Result<Option<memmap2::Mmap>> {
     let map = unsafe { mo.map(&file) }.map_err(|e| Error::io(path, e))?;
     #[cfg(unix)]
     let _ = map.advise(memmap2::Advice::Sequential);
+    if let Some(kind) = compressed(&map) {
+        return Err(Error::invalid(format!(
+            "{} is {kind}-compressed: this parser reads plain text; decompress it first",
+            path.display()
+        )));
+    }
     Ok(Some(map))
+}
+
+/// The compression format whose magic bytes open `bytes`, if any (NumPy's
+/// `loadtxt` decompresses `.gz` / `.bz2` / `.xz` paths itself; this parser
+/// would otherwise report the first compressed byte as a bad number).
+fn compressed(bytes: &[u8]) -> Option<&'static str> {
+    const MAGIC: [(&[u8], &str); 4] = [
+        (&[0x1f, 0x8b], "gzip"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0], "xz"),
+        (&[0x28, 0xb5, 0x2f, 0xfd], "zstd"),
+        (b"BZh", "bzip2"),
+    ];
+    let &(_, kind) = MAGIC.iter().find(|(m, _)| bytes.starts_with(m))?;
+    // "BZh" could open a text; a bzip2 stream goes on with a block size
+    // digit and the block magic `1AY&SY`.
+    let bzip2_block = bytes.get(3).is_some_and(u8::is_ascii_digit)
+        && bytes.get(4..).is_some_and(|b| b.starts_with(b"1AY&SY"));
+    (kind != "bzip2" || bzip2_block).then_some(kind)
 }
 
 /// [`loadtxt`] over bytes already in memory (errors name `<memory>`).
@@ -447,6 +484,31 @@ struct Cfg<'a> {
     ncols: usize,
     /// For each file column, its output position (usecols only).
     col_map: Option<&'a [Option<usize>]>,
+    /// The bytes that end a delimited field's scan: the delimiter, the
+    /// comment byte and CR (one table lookup per byte instead of three
+    /// compares).
+    field_end: [bool; 256],
+}
+
+impl<'a> Cfg<'a> {
+    fn new(
+        delim: Option<u8>,
+        comment: Option<u8>,
+        ncols: usize,
+        col_map: Option<&'a [Option<usize>]>,
+    ) -> Cfg<'a> {
+        let mut field_end = [false; 256];
+        for b in [delim, comment, Some(b'\r')].into_iter().flatten() {
+            field_end[b as usize] = true;
+        }
+        Cfg {
+            delim,
+            comment,
+            ncols,
+            col_map,
+            field_end,
+        }
+    }
 }
 
 /// Why a row failed: wrong field count, or a bad token (field index and
@@ -454,6 +516,8 @@ struct Cfg<'a> {
 enum RowErr {
     Columns(usize),
     Token(usize, usize, usize),
+    /// A carriage return that does not end the line (before any comment).
+    LoneCr,
 }
 
 #[inline]
@@ -495,6 +559,49 @@ fn line_at(bytes: &[u8], pos: usize, end: usize) -> (usize, usize) {
         e -= 1;
     }
     (e, next)
+}
+
+/// Where a line's content ends: at its first comment byte or its first
+/// carriage return, whichever comes first (`line.len()` without either).
+/// [`line_at`] strips the CR of a CRLF ending, so a CR found here is a
+/// lone one: an old Mac line ending, which this parser does not split at.
+#[inline]
+fn content_end(line: &[u8], comment: Option<u8>) -> usize {
+    let c = comment.unwrap_or(b'\r');
+    let mut blocks = line.chunks_exact(32);
+    let mut base = 0;
+    for blk in &mut blocks {
+        let mut m: u32 = 0;
+        for (j, &b) in blk.iter().enumerate() {
+            m |= ((b == b'\r') as u32 | (b == c) as u32) << j;
+        }
+        if m != 0 {
+            return base + m.trailing_zeros() as usize;
+        }
+        base += 32;
+    }
+    blocks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'\r' || b == c)
+        .map_or(line.len(), |p| p + base)
+}
+
+/// The error for a line that holds a lone CR before any comment: NumPy
+/// reads the file in text mode, where a lone CR ends a line, so reading
+/// on would silently join lines.
+fn lone_cr(
+    path: &Path,
+    bytes: &[u8],
+    line_start: usize,
+    line: &[u8],
+    comment: Option<u8>,
+) -> Result<()> {
+    let e = content_end(line, comment);
+    if line.get(e) == Some(&b'\r') {
+        return Err(row_error(path, bytes, line_start, line, RowErr::LoneCr, 0));
+    }
+    Ok(())
 }
 
 /// True when the line holds data (something before any comment).
@@ -764,13 +871,26 @@ fn parse_row<T: TextFloat>(
     cfg: &Cfg,
     out: &mut [MaybeUninit<T>],
 ) -> std::result::Result<(), RowErr> {
+    // A comment byte that can be part of a number (`1`, `.`, `e`) still
+    // starts a comment, as in NumPy: cut the line there first, since the
+    // number parser would read through it.
+    let line = match cfg.comment.filter(|&c| in_number(c)) {
+        Some(c) => find_byte(line, c).map_or(line, |i| &line[..i]),
+        None => line,
+    };
     let n = line.len();
     let is_end = |p: usize| p >= n || Some(line[p]) == cfg.comment;
+    // A CR inside the line (before any comment) is a lone one: `line_at`
+    // strips the CR of a CRLF. The scans below meet every such CR, as
+    // whitespace or as the end of a field.
     let mut p = 0;
     let mut col = 0;
     match cfg.delim {
         None => loop {
             while p < n && is_ws(line[p]) {
+                if line[p] == b'\r' {
+                    return Err(RowErr::LoneCr);
+                }
                 p += 1;
             }
             if is_end(p) {
@@ -811,6 +931,9 @@ fn parse_row<T: TextFloat>(
         Some(d) => loop {
             let ws = |b: u8| b != d && is_ws(b);
             while p < n && ws(line[p]) {
+                if line[p] == b'\r' {
+                    return Err(RowErr::LoneCr);
+                }
                 p += 1;
             }
             if col >= cfg.ncols {
@@ -825,8 +948,11 @@ fn parse_row<T: TextFloat>(
             // delimiter that can be part of a number (`.`, `-`, `e`, a
             // digit) still separates fields.
             let mut q = p;
-            while q < n && line[q] != d && Some(line[q]) != cfg.comment {
+            while q < n && !cfg.field_end[line[q] as usize] {
                 q += 1;
+            }
+            if q < n && line[q] == b'\r' {
+                return Err(RowErr::LoneCr);
             }
             let mut e = q;
             while e > start && ws(line[e - 1]) {
@@ -880,15 +1006,27 @@ fn row_error(
             column,
             token: String::from_utf8_lossy(&line[s..e.min(s + 100)]).into_owned(),
         },
+        RowErr::LoneCr => Error::TextLineEnding {
+            path: path.to_path_buf(),
+            line: line_no,
+        },
     }
 }
 
 fn check_options(opts: &LoadTxtOptions) -> Result<()> {
-    if let Some(d) = opts.delimiter
-        && (d == b'\n' || Some(d) == opts.comments)
+    if let Some(c) = opts.comments
+        && (c == b'\n' || is_ws(c))
     {
         return Err(Error::invalid(format!(
-            "delimiter {:?} cannot be a newline or the comment byte",
+            "comment {:?} cannot be a newline or whitespace",
+            c as char
+        )));
+    }
+    if let Some(d) = opts.delimiter
+        && (d == b'\n' || d == b'\r' || Some(d) == opts.comments)
+    {
+        return Err(Error::invalid(format!(
+            "delimiter {:?} cannot be a line ending or the comment byte",
             d as char
         )));
     }
@@ -944,20 +1082,41 @@ struct Layout {
     first: usize,
     /// Fields per data line (fixed by the first data line).
     ncols: usize,
-    /// For each file column, its output position (usecols only).
+    /// For each file column, its position among the parsed columns
+    /// (usecols only).
     col_map: Option<Vec<Option<usize>>>,
-    /// Output columns.
+    /// Parsed columns (each file column at most once).
     nout: usize,
+    /// Output column `j` copies parsed column `expand[j]` (only when
+    /// `usecols` names a column twice).
+    expand: Option<Vec<usize>>,
 }
 
 impl Layout {
-    fn cfg(&self, opts: &LoadTxtOptions) -> Cfg<'_> {
-        Cfg {
-            delim: opts.delimiter,
-            comment: opts.comments,
-            ncols: self.ncols,
-            col_map: self.col_map.as_deref(),
+    /// Output columns.
+    fn width(&self) -> usize {
+        self.expand.as_ref().map_or(self.nout, Vec::len)
+    }
+
+    /// `rows` parsed rows (`nout` values each) as output rows: the same
+    /// vector unless `usecols` repeats a column.
+    fn widen<T: Copy>(&self, parsed: Vec<T>) -> Vec<T> {
+        match &self.expand {
+            None => parsed,
+            Some(ex) => parsed
+                .chunks_exact(self.nout)
+                .flat_map(|row| ex.iter().map(move |&k| row[k]))
+                .collect(),
         }
+    }
+
+    fn cfg(&self, opts: &LoadTxtOptions) -> Cfg<'_> {
+        Cfg::new(
+            opts.delimiter,
+            opts.comments,
+            self.ncols,
+            self.col_map.as_deref(),
+        )
     }
 }
 
@@ -973,6 +1132,7 @@ fn layout(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Option<Lay
             return Ok(None);
         }
         let (e, next) = line_at(bytes, pos, end);
+        lone_cr(path, bytes, pos, &bytes[pos..e], comment)?;
         if is_data(&bytes[pos..e], comment) {
             if skipped == opts.skip_rows {
                 break pos;
@@ -982,44 +1142,52 @@ fn layout(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Option<Lay
         pos = next;
     };
     let (fe, _) = line_at(bytes, first, end);
-    let probe = Cfg {
-        delim: opts.delimiter,
-        comment,
-        ncols: 0,
-        col_map: None,
-    };
+    let probe = Cfg::new(opts.delimiter, comment, 0, None);
     let ncols = count_fields(&bytes[first..fe], &probe);
-    let col_map: Option<Vec<Option<usize>>> = match &opts.usecols {
-        None => None,
+    let (col_map, nout, expand) = match &opts.usecols {
+        None => (None, ncols, None),
         Some(cols) if cols.is_empty() => {
             return Err(Error::invalid(
                 "usecols is empty: select at least one column".to_string(),
             ));
         }
         Some(cols) => {
+            // File column -> parsed position, in first-named order; output
+            // column j -> parsed position `slots[j]`.
             let mut m = vec![None; ncols];
-            for (i, &c) in cols.iter().enumerate() {
-                if c >= ncols {
-                    return Err(Error::invalid(format!(
+            let mut parsed = 0;
+            let mut slots = Vec::with_capacity(cols.len());
+            for &c in cols {
+                let k = if c < 0 {
+                    c.checked_add_unsigned(ncols)
+                } else {
+                    Some(c)
+                }
+                .and_then(|k| usize::try_from(k).ok())
+                .filter(|&k| k < ncols)
+                .ok_or_else(|| {
+                    Error::invalid(format!(
                         "usecols index {c} is out of range: {} has {ncols} columns (line {})",
                         path.display(),
                         line_number(bytes, first)
-                    )));
-                }
-                if m[c].is_some() {
-                    return Err(Error::invalid(format!("usecols repeats column {c}")));
-                }
-                m[c] = Some(i);
+                    ))
+                })?;
+                let slot = *m[k].get_or_insert_with(|| {
+                    parsed += 1;
+                    parsed - 1
+                });
+                slots.push(slot);
             }
-            Some(m)
+            let expand = (parsed < slots.len()).then_some(slots);
+            (Some(m), parsed, expand)
         }
     };
-    let nout = opts.usecols.as_ref().map_or(ncols, |c| c.len());
     Ok(Some(Layout {
         first,
         ncols,
         col_map,
         nout,
+        expand,
     }))
 }
 
@@ -1033,7 +1201,7 @@ fn load_in_pool<T: TextFloat>(
     };
     let nout = lay.nout;
     if opts.max_rows == Some(0) || nout == 0 {
-        return Ok(empty(nout));
+        return Ok(empty(lay.width()));
     }
     let cfg = lay.cfg(opts);
     let mut out = Vec::new();
@@ -1048,7 +1216,8 @@ fn load_in_pool<T: TextFloat>(
         opts.chunk_bytes,
         &mut out,
     )?;
-    Array2::from_shape_vec((rows, nout), out).map_err(|e| Error::invalid(e.to_string()))
+    Array2::from_shape_vec((rows, lay.width()), lay.widen(out))
+        .map_err(|e| Error::invalid(e.to_string()))
 }
 
 /// One chunk of the parallel parse.
@@ -1244,9 +1413,12 @@ fn parse_span<T: TextFloat>(
     // Nor a delimiter that can be part of a number: the fast rows read a
     // number before looking for a separator, where a field must end at
     // every delimiter.
+    // Nor a comment byte that can be part of a number: the fast rows would
+    // read through it.
     let fast = cfg.col_map.is_none()
         && !matches!(cfg.delim, Some(b' ' | b'\t' | b'\r' | 0x0b | 0x0c))
-        && !cfg.delim.is_some_and(in_number);
+        && !cfg.delim.is_some_and(in_number)
+        && !cfg.comment.is_some_and(in_number);
     loop {
         let total: usize = counts.iter().map(|c| c.0).sum();
         let rows = total.min(max_rows);
@@ -1405,7 +1577,7 @@ pub fn import_to_store<T: TextFloat>(
         let map = map_file(path, false)?;
         let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
         match layout(path, bytes, opts)? {
-            Some(l) if l.nout > 0 => l.nout,
+            Some(l) if l.nout > 0 => l.width(),
             _ => {
                 return Err(Error::invalid(format!(
                     "{} holds no data columns to fix the store's item shape",
@@ -1434,7 +1606,7 @@ fn import_typed<T: TextFloat>(
     let Some(lay) = layout(path, bytes, opts)? else {
         return Ok(done);
     };
-    if store.item_shape() != [lay.nout as u64] {
+    if store.item_shape() != [lay.width() as u64] {
         return Err(Error::ShapeMismatch {
             context: format!(
                 "text import of {} (item shape = [output columns]) into {}",
@@ -1442,12 +1614,12 @@ fn import_typed<T: TextFloat>(
                 store.path().display()
             ),
             expected: format!("{:?}", store.item_shape()),
-            found: vec![lay.nout as u64],
+            found: vec![lay.width() as u64],
         });
     }
     let cfg = lay.cfg(opts);
     let nout = lay.nout;
-    let step = batch_rows_for(batch_rows, nout * std::mem::size_of::<T>());
+    let step = batch_rows_for(batch_rows, lay.width() * std::mem::size_of::<T>());
     let threads = rayon::current_num_threads().max(1);
     let window = if opts.chunk_bytes > 0 {
         opts.chunk_bytes.saturating_mul(threads).saturating_mul(2)
@@ -1476,9 +1648,18 @@ fn import_typed<T: TextFloat>(
             opts.chunk_bytes,
             &mut out,
         )?;
-        for batch in out[..rows * nout].chunks(step.saturating_mul(nout)) {
+        let wide;
+        let values: &[T] = match lay.expand {
+            None => &out[..rows * nout],
+            Some(_) => {
+                wide = lay.widen(std::mem::take(&mut out));
+                &wide
+            }
+        };
+        let width = lay.width();
+        for batch in values.chunks(step.saturating_mul(width)) {
             store.append_bytes(bytemuck::cast_slice(batch))?;
-            done.rows += (batch.len() / nout) as u64;
+            done.rows += (batch.len() / width) as u64;
             done.batches += 1;
         }
         left -= rows;
@@ -2038,5 +2219,207 @@ mod tests {
             load64("# only\n\n", &Default::default()).unwrap().shape(),
             &[0, 0]
         );
+    }
+
+    /// Loads `text` with `o`, whole and in 1-byte chunks on 2 threads; both
+    /// must agree (array or error message).
+    fn load_both(text: &str, o: &LoadTxtOptions) -> Result<Array2<f64>> {
+        let whole = load64(text, o);
+        let chunked = load64(
+            text,
+            &LoadTxtOptions {
+                chunk_bytes: 1,
+                threads: 2,
+                ..o.clone()
+            },
+        );
+        match (&whole, &chunked) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{text:?}"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{text:?}"),
+            _ => panic!("{text:?}: {whole:?} vs {chunked:?}"),
+        }
+        whole
+    }
+
+    #[test]
+    fn a_comment_byte_that_numbers_contain_still_starts_a_comment() {
+        // NumPy cuts every line at its comment byte first, even inside a
+        // number; these once read straight through it.
+        let c = |b: u8| LoadTxtOptions {
+            comments: Some(b),
+            ..Default::default()
+        };
+        let csv = |b: u8| LoadTxtOptions {
+            delimiter: Some(b','),
+            ..c(b)
+        };
+        assert_eq!(
+            load_both("21\n31\n", &c(b'1')).unwrap(),
+            ndarray::array![[2.0], [3.0]]
+        );
+        assert_eq!(
+            load_both("1.5\n2.25\n", &c(b'.')).unwrap(),
+            ndarray::array![[1.0], [2.0]]
+        );
+        assert_eq!(
+            load_both("21 3\n", &c(b'1')).unwrap(),
+            ndarray::array![[2.0]]
+        );
+        assert_eq!(
+            load_both("1,2e5\n3,4e\n", &csv(b'e')).unwrap(),
+            ndarray::array![[1.0, 2.0], [3.0, 4.0]]
+        );
+        match load_both("1e-5\n", &c(b'-')) {
+            Err(Error::TextParse { token, .. }) => assert_eq!(token, "1e"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lone_carriage_return_is_an_error_not_a_joined_line() {
+        let o = LoadTxtOptions::default();
+        let csv = LoadTxtOptions {
+            delimiter: Some(b','),
+            ..o.clone()
+        };
+        let lone = |text: &str, o: &LoadTxtOptions, at: u64| match load_both(text, o) {
+            Err(Error::TextLineEnding { line, .. }) => assert_eq!(line, at, "{text:?}"),
+            other => panic!("{text:?}: {other:?}"),
+        };
+        lone("1 2\r3 4\r", &o, 1);
+        lone("1,2\r3,4\r", &csv, 1);
+        lone("1 2\r 3\n4 5 6\n", &o, 1);
+        lone("0,0\n1,2\r3,4\r", &csv, 2);
+        lone("1 2\n3 4\n5 6\r7 8\n", &o, 3);
+        lone("1,2\n\r3,4\n", &csv, 2);
+        // A header row that hides a data row behind a lone CR.
+        lone(
+            "h1 h2\r1 2\n3 4\n",
+            &LoadTxtOptions {
+                skip_rows: 1,
+                ..o.clone()
+            },
+            1,
+        );
+        // In a column that usecols skips, too.
+        let skip = |o: &LoadTxtOptions| LoadTxtOptions {
+            usecols: Some(vec![0, 2]),
+            ..o.clone()
+        };
+        lone("0,0,0\n1,x\ry,3\n", &skip(&csv), 2);
+        lone("0 0 0\n1 x\ry 3\n", &skip(&o), 2);
+        let cr = LoadTxtOptions {
+            delimiter: Some(b'\r'),
+            ..o.clone()
+        };
+        let msg = load64("1\r2\n", &cr).unwrap_err().to_string();
+        assert!(msg.contains("cannot be a line ending"), "{msg}");
+        // CRLF, a CR ending the text, and a CR inside a comment are fine.
+        let two = ndarray::array![[1.0, 2.0], [3.0, 4.0]];
+        assert_eq!(load_both("1 2\r\n3 4\r\n", &o).unwrap(), two);
+        assert_eq!(load_both("1 2\r\n3 4\r", &o).unwrap(), two);
+        assert_eq!(load_both("1 2 # a\rb\n3 4\n", &o).unwrap(), two);
+        let msg = load64("1 2\r3 4\n", &o).unwrap_err().to_string();
+        assert!(
+            msg.contains("<memory>:1") && msg.contains("lone carriage return"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn usecols_count_from_the_end_and_may_repeat() {
+        let with = |cols: Vec<isize>| LoadTxtOptions {
+            usecols: Some(cols),
+            ..Default::default()
+        };
+        let text = "1 2 3\n4 5 6\n";
+        assert_eq!(
+            load_both(text, &with(vec![-1, 0, 0])).unwrap(),
+            ndarray::array![[3.0, 1.0, 1.0], [6.0, 4.0, 4.0]]
+        );
+        assert_eq!(
+            load_both(text, &with(vec![1, -2, 2])).unwrap(),
+            ndarray::array![[2.0, 2.0, 3.0], [5.0, 5.0, 6.0]]
+        );
+        let none = LoadTxtOptions {
+            max_rows: Some(0),
+            ..with(vec![0, 0])
+        };
+        assert_eq!(load_both(text, &none).unwrap().shape(), &[0, 2]);
+        for bad in [-4, 3, isize::MIN] {
+            let msg = load64(text, &with(vec![bad])).unwrap_err().to_string();
+            assert!(
+                msg.contains(&format!("usecols index {bad} is out of range")),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_repeated_column_imports_into_a_store_of_every_output_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let txt = dir.path().join("a.csv");
+        std::fs::write(&txt, "1,2,3\n4,5,6\n7,8,9\n").unwrap();
+        let o = LoadTxtOptions {
+            delimiter: Some(b','),
+            usecols: Some(vec![2, -1, 0]),
+            ..Default::default()
+        };
+        let store = import_to_store::<f64>(
+            &txt,
+            dir.path().join("s"),
+            &CreateOptions::new(crate::Codec::Raw),
+            &o,
+            Some(2),
+        )
+        .unwrap();
+        assert_eq!(store.item_shape(), &[3]);
+        let mut got = [0f64; 9];
+        store
+            .gather_bytes_into(&[0, 1, 2], bytemuck::cast_slice_mut(&mut got))
+            .unwrap();
+        assert_eq!(got, [3.0, 3.0, 1.0, 6.0, 6.0, 4.0, 9.0, 9.0, 7.0]);
+    }
+
+    #[test]
+    fn compressed_files_and_directories_get_their_own_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = LoadTxtOptions::default();
+        for (name, bytes, kind) in [
+            ("a.gz", &b"\x1f\x8b\x08\x00rest"[..], "gzip"),
+            ("a.bz2", b"BZh91AY&SYrest", "bzip2"),
+            ("a.xz", b"\xfd7zXZ\x00rest", "xz"),
+            ("a.zst", b"\x28\xb5\x2f\xfdrest", "zstd"),
+        ] {
+            let p = dir.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            let msg = loadtxt::<f64>(&p, &o).unwrap_err().to_string();
+            assert!(msg.contains(&format!("{kind}-compressed")), "{msg}");
+        }
+        // "BZh" alone opens a text like any other.
+        let p = dir.path().join("bzh.txt");
+        std::fs::write(&p, "BZh 1\n").unwrap();
+        assert!(matches!(
+            loadtxt::<f64>(&p, &o),
+            Err(Error::TextParse { .. })
+        ));
+        match loadtxt::<f64>(dir.path(), &o) {
+            Err(Error::Io { source, .. }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::IsADirectory)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn whitespace_or_newline_comment_bytes_are_refused() {
+        for c in [b' ', b'\t', b'\r', b'\n'] {
+            let o = LoadTxtOptions {
+                comments: Some(c),
+                ..Default::default()
+            };
+            let msg = load64("1 2\n", &o).unwrap_err().to_string();
+            assert!(msg.contains("cannot be a newline or whitespace"), "{msg}");
+        }
     }
 }

@@ -38,9 +38,13 @@ fn loadtxt_corpus_replays_without_panic() {
         let (cfg, text) = data.split_at(4);
         let opts = LoadTxtOptions {
             delimiter: (cfg[0] & 1 == 1).then_some(cfg[1]),
-            comments: (cfg[0] & 2 == 2).then_some(b'#'),
+            comments: (cfg[0] & 2 == 2).then_some(if cfg[0] & 64 == 64 { cfg[2] } else { b'#' }),
             skip_rows: (cfg[0] >> 2 & 3) as usize,
-            usecols: (cfg[0] & 16 == 16).then(|| vec![(cfg[2] & 3) as usize]),
+            // A negative column, and with it maybe one named twice.
+            usecols: (cfg[0] & 16 == 16).then(|| match (cfg[2] & 3) as isize {
+                c if cfg[0] & 128 == 128 => vec![c - 4, c],
+                c => vec![c],
+            }),
             max_rows: (cfg[0] & 32 == 32).then_some((cfg[2] >> 2) as usize),
             threads: 1,
             chunk_bytes: 1 + (cfg[3] as usize),

@@ -1,6 +1,7 @@
 //! Guards loadtxt against drifting from `numpy.loadtxt`: on generated files
 //! (whitespace, CSV, tabs, comments, blank lines, CRLF, nan/inf spellings,
-//! leading `+`) and for each option (skip_rows, usecols, max_rows, comment
+//! leading `+`) and for each option (skip_rows, usecols (negative and
+//! repeated columns too), max_rows, comment
 //! byte, f32), our array must equal numpy's value for value, whatever the
 //! thread count and chunk size. Also guards parse(format(x)) == x for every
 //! f64, subnormals included, and correct rounding of short decimals (the
@@ -78,6 +79,17 @@ fn cases() -> Vec<Case> {
             numpy_kwargs: "{'usecols': [3, 0, 5]}",
             opts: LoadTxtOptions {
                 usecols: Some(vec![3, 0, 5]),
+                ..d()
+            },
+            f32: false,
+        },
+        Case {
+            name: "usecols_negative_repeated",
+            kind: "csv",
+            numpy_kwargs: "{'delimiter': ',', 'usecols': [-1, 0, 0, -7]}",
+            opts: LoadTxtOptions {
+                delimiter: Some(b','),
+                usecols: Some(vec![-1, 0, 0, -7]),
                 ..d()
             },
             f32: false,

@@ -11,6 +11,7 @@
 All parsing and reading runs natively with the GIL released.
 """
 
+import errno
 import os
 
 import numpy as np
@@ -25,9 +26,11 @@ def _byte(value, name):
     if value is None:
         return None
     if isinstance(value, str):
+        if len(value) != 1 or not value.isascii():
+            raise ValueError(f"{name} must be a single ASCII character, got {value!r}")
         value = value.encode()
-    if len(value) != 1:
-        raise ValueError(f"{name} must be a single character, got {value!r}")
+    if len(value) != 1 or value[0] > 0x7F:
+        raise ValueError(f"{name} must be a single ASCII character, got {value!r}")
     return value[0]
 
 
@@ -44,7 +47,9 @@ def loadtxt(filepath, comment="#", skip_rows=0, chunk_size=500, num_threads=0,
             splits the file into byte ranges of about ``chunk_size`` lines).
         num_threads (int): worker threads; 0 uses every core.
         delimiter (str, optional): one-character field separator.
-        usecols (sequence of int, optional): columns to keep.
+        usecols (sequence of int, optional): columns to keep, in output
+            order; negative indices count from the last column, and a
+            column may be named more than once (as in NumPy).
         max_rows (int, optional): read at most this many data rows.
         dtype: ``np.float64`` (default) or ``np.float32``.
 
@@ -52,10 +57,16 @@ def loadtxt(filepath, comment="#", skip_rows=0, chunk_size=500, num_threads=0,
         np.ndarray: shape ``(rows, columns)``; ``(0, 0)`` for a file without
         data rows.
 
+    Lines end with LF or CRLF. Unlike ``numpy.loadtxt``, a lone CR (an old
+    Mac line ending) is an error rather than a line end, and compressed
+    files (gzip, bzip2, xz, zstd) are refused rather than decompressed.
+
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a token is not a number, rows differ in column count, or
-            an argument is invalid (the message names file, line and column).
+        IsADirectoryError: the path is a directory.
+        ValueError: a token is not a number, rows differ in column count, a
+            line holds a lone CR, the file is compressed, or an argument is
+            invalid (the message names file, line and column).
     """
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
@@ -63,12 +74,14 @@ def loadtxt(filepath, comment="#", skip_rows=0, chunk_size=500, num_threads=0,
     path = os.fspath(filepath)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found")
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a text file", path)
     if int(skip_rows) < 0 or int(num_threads) < 0 or int(chunk_size) < 0:
         raise ValueError("skip_rows, chunk_size and num_threads must be non-negative")
+    if max_rows is not None and int(max_rows) < 0:
+        raise ValueError(f"max_rows must be non-negative, got {max_rows}")
     if usecols is not None:
         usecols = [int(c) for c in usecols]
-        if any(c < 0 for c in usecols):
-            raise ValueError("usecols must be non-negative column indices")
     # A hint in bytes: ~64 bytes per line.
     chunk_bytes = int(chunk_size) * 64 if chunk_size else 0
     return _native.loadtxt(

@@ -82,9 +82,14 @@ def _dtype_identity(dtype):
 
 def _identity_dtype(text):
     """Rebuild the numpy dtype from the native layer's rendering of the stored
-    identity: a type string (``'<f4'``) or a descr literal (``[('x', '<f4')]``)."""
+    identity: a type string (``'<f4'``) or a descr literal (``[('x', '<f4')]``).
+
+    A descr is read back with ``np.lib.format.descr_to_dtype`` (what
+    ``np.load`` uses), so its unnamed ``('', '|V7')`` padding entries become
+    offsets again, not extra fields: an ``align=True`` dtype comes back
+    equal to itself."""
     if text.startswith("["):
-        return np.dtype(ast.literal_eval(text))
+        return np.lib.format.descr_to_dtype(ast.literal_eval(text))
     return np.dtype(text)
 
 
