@@ -78,6 +78,23 @@ def test_structured_dtype_roundtrips():
         assert got.tobytes() == data[[5, 0]].tobytes()
 
 
+@ours_only
+def test_padded_structured_dtype_reopens_equal_to_itself():
+    # align=True inserts padding, which descr lists as ('', '|V7'); reopened,
+    # it must be the same dtype (offsets), not one with a padding field
+    # (loaderx 1.7.2 gives one back, named 'f1', and then refuses `dt`).
+    dt = np.dtype([("a", "u1"), ("b", "<f8")], align=True)
+    data = np.zeros(3, dt)
+    data["a"], data["b"] = [1, 2, 3], [0.5, 1.5, 2.5]
+    with DenseStore("pad", dt, ()) as ds:
+        ds.append(data)
+    with DenseStore("pad") as ds:
+        assert ds.dtype == dt and ds.dtype.names == ("a", "b")
+        assert ds[:].tolist() == data.tolist()
+    with DenseStore("pad", dt) as ds:
+        assert len(ds) == 3
+
+
 def test_open_validates_explicit_arguments():
     with DenseStore("d", np.uint8, (4,), codec="raw") as ds:
         ds.append(np.zeros((2, 4), np.uint8))
@@ -296,3 +313,43 @@ def test_large_records_and_batches():
             ds.append(data)
             idx = rng.integers(0, 40, size=100)
             np.testing.assert_array_equal(ds[idx], data[idx])
+
+
+def test_index_forms_the_reference_also_accepts():
+    # Shared with loaderx 1.7.2: whole-number floats and object arrays of
+    # integers (pandas) index like integers; a falsy codec is the default;
+    # a reopen coerces item_shape with int().
+    data = np.arange(10, dtype=np.int32)
+    with DenseStore("f", np.int32, (), codec="") as ds:
+        assert ds.codec == "zstd"
+        ds.append(data)
+    with DenseStore("f", item_shape=(), codec=None) as ds:
+        np.testing.assert_array_equal(ds[np.array([1.0, 2.0])], [1, 2])
+        np.testing.assert_array_equal(ds[3.0], [3])
+        np.testing.assert_array_equal(ds[np.array([4, -1], dtype=object)], [4, 9])
+        ds.delete([1.0])
+        assert len(ds) == 9
+    with DenseStore("m", np.uint8, (2, 3)) as ds:
+        ds.append(np.zeros((1, 2, 3), np.uint8))
+    with DenseStore("m", item_shape=(2.0, 3.0)) as ds:
+        assert ds.item_shape == (2, 3)
+
+
+@ours_only
+def test_index_values_that_are_not_whole_numbers_are_refused():
+    from loaderx.zrecord import IndexOutOfRange
+    with DenseStore("g", np.int32, ()) as ds:
+        ds.append(np.arange(10, dtype=np.int32))
+        for bad in (np.array([1.5]), np.array([np.nan]), np.array([np.inf]),
+                    np.array([1, "a"], dtype=object), np.array([True, 1], dtype=object)):
+            with pytest.raises(IndexError, match="record index"):
+                ds[bad]
+        with pytest.raises(IndexOutOfRange):
+            ds[np.array([2**70], dtype=object)]
+        assert len(ds) == 10
+
+
+def test_empty_dictionary_is_a_dictionary_error():
+    from loaderx.zrecord import ZrecordError
+    with pytest.raises(ZrecordError):
+        DenseStore("e", np.uint8, (4,), codec="zstd_dict", dict_bytes=b"")

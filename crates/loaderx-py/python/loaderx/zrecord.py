@@ -31,7 +31,6 @@ not written through (``ZrecordError``): open the store in that process.
 from pathlib import Path
 import ast
 import math
-import operator
 
 import numpy as np
 
@@ -39,7 +38,7 @@ from . import _native
 from ._errors import (
     ZrecordError, IndexOutOfRange, StoreClosed, UnknownCodec, UnsupportedDType,
     StoreBusy, StoreNotFound, KindMismatch, ReadOnlyStore, CorruptRecord,
-    InvalidStore,
+    InvalidStore, DictTrainingError,
 )
 
 __all__ = [
@@ -98,6 +97,28 @@ def _check_dtype(dtype):
         raise ValueError("object dtypes cannot be persisted")
 
 
+def _integral(idxs):
+    """Float arrays of whole numbers, and object arrays of Python / NumPy
+    integers (what pandas hands out), as int64 indices, since loaderx 1.7.2
+    accepts them; a fractional or non-finite float, or any other object,
+    is an IndexError rather than a silent truncation."""
+    if idxs.dtype.kind == "f":
+        if not np.all(np.isfinite(idxs) & (np.trunc(idxs) == idxs)):
+            bad = idxs[~(np.isfinite(idxs) & (np.trunc(idxs) == idxs))].flat[0]
+            raise IndexError(f"record index {bad!r} is not a whole number")
+        return idxs.astype(np.int64)
+    for v in idxs.flat:
+        if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
+            raise IndexError(
+                f"record index {v!r} ({type(v).__name__}) is not an integer"
+            )
+    try:
+        return idxs.astype(np.int64)
+    except OverflowError:
+        big = max(idxs.flat, key=abs)
+        raise IndexOutOfRange(None, f"record index {big} is out of range") from None
+
+
 class _Base:
     """Type identity, index normalization and lifecycle common to both kinds."""
 
@@ -114,6 +135,8 @@ class _Base:
                 f"unknown durability {durability!r}, expected one of {list(DURABILITIES)}"
             )
         self.durability = durability
+        if codec is not None and not codec:
+            codec = None  # '' or 0: the default, as in loaderx 1.7.2
         if codec is not None and codec not in CODECS:
             raise UnknownCodec(
                 f"unknown codec {codec!r}, expected one of {list(CODECS)}"
@@ -141,7 +164,7 @@ class _Base:
                         f"cannot open as {codec!r}"
                     )
                 if kind == "dense" and item_shape is not None:
-                    want = tuple(operator.index(d) for d in item_shape)
+                    want = tuple(int(d) for d in item_shape)
                     if tuple(core.item_shape) != want:
                         raise ValueError(
                             f"{self.path} holds item_shape {tuple(core.item_shape)}, "
@@ -170,6 +193,10 @@ class _Base:
                 raise ValueError("dict_bytes requires codec='zstd_dict'")
             if dict_bytes is not None:
                 dict_bytes = bytes(dict_bytes)
+                if not dict_bytes:
+                    raise DictTrainingError(
+                        None, "dict_bytes is empty: pass a dictionary from train_dict"
+                    )
             identity = _dtype_identity(self.dtype)
             if kind == "dense":
                 shape = tuple(int(d) for d in item_shape)
@@ -259,6 +286,8 @@ class _Base:
             return np.flatnonzero(idxs).astype(np.uint64)
         if idxs.size == 0:
             return np.empty(0, dtype=np.uint64)
+        if idxs.dtype.kind in "fO":
+            idxs = _integral(idxs)
         if idxs.dtype.kind not in "iu":
             raise IndexError(
                 "only integers, slices, integer arrays and boolean masks are "
