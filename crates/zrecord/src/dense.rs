@@ -185,7 +185,7 @@ impl DenseCore {
     pub fn append_array_bytes(&self, dtype: &DType, shape: &[u64], data: &[u8]) -> Result<u64> {
         if *dtype != self.dtype {
             return Err(Error::DTypeMismatch {
-                context: format!("append to {}", self.path().display()),
+                context: format!("the batch appended to {}", self.path().display()),
                 expected: self.dtype.to_string(),
                 found: dtype.to_string(),
             });
@@ -205,7 +205,7 @@ impl DenseCore {
     fn check_batch_shape(&self, shape: &[u64]) -> Result<()> {
         if shape.len() != self.item_shape.len() + 1 || shape[1..] != self.item_shape[..] {
             return Err(Error::ShapeMismatch {
-                context: format!("append to {}", self.path().display()),
+                context: format!("the batch appended to {}", self.path().display()),
                 expected: format!("(batch, *{:?})", self.item_shape),
                 found: shape.to_vec(),
             });

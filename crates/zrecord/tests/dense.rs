@@ -219,6 +219,8 @@ fn append_of_the_wrong_shape_or_dtype_names_both() {
     let msg = err.to_string();
     assert!(matches!(err, Error::ShapeMismatch { .. }));
     assert!(msg.contains("[3, 4]") && msg.contains("[2, 2]"), "{msg}");
+    // The batch holds the wrong shape, not the store.
+    assert!(msg.starts_with("the batch appended to"), "{msg}");
     let empty = ArrayD::<f32>::zeros(IxDyn(&[0, 2, 2]));
     assert!(s.append(empty.view()).is_err());
     let core = s.core();
