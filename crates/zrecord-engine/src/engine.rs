@@ -600,6 +600,14 @@ impl Engine {
                 }
                 engine.clear_intent()?;
             }
+            // Make the state this handle starts from durable, marker or not:
+            // a killed writer may have left loc, chunk and header bytes only
+            // in the page cache (a compaction here would then move records
+            // whose durable entries still point elsewhere), or removed
+            // `durable.zr` / `intent.zr` without the directory fsync that
+            // makes a removal durable, so that a power cut would bring the
+            // stale file back and roll back or replay over later work.
+            engine.armed.store(true, Ordering::Release);
             engine.settle()?;
         }
         Ok(engine)
@@ -688,20 +696,35 @@ impl Engine {
 
     /// Makes every committed record durable: fsyncs the chunks, then the loc
     /// segments, then `meta.zr`; after deferred appends, then the directory,
-    /// and removes the `durable.zr` marker (not from a forked child, whose
-    /// parent may append on). A failure poisons the handle.
+    /// and removes the `durable.zr` marker. A failure poisons the handle.
+    ///
+    /// In a forked child that inherited the handle it fsyncs nothing (the
+    /// files are shared with the opener, who must see any write-back error
+    /// itself, and the marker is the opener's): `Ok` when everything the
+    /// handle names was already durable at the fork, else
+    /// [`Error::ForeignProcess`], since the opener's deferred appends cannot
+    /// be made durable from here.
     pub fn sync(&self) -> Result<()> {
         if self.read_only {
             return Ok(());
+        }
+        if !self.in_opener() {
+            return if self.armed.load(Ordering::Acquire) {
+                Err(Error::ForeignProcess {
+                    path: self.dir.clone(),
+                    opener: self.pid,
+                })
+            } else {
+                Ok(())
+            };
         }
         self.check_poisoned()?;
         let _g = self.lock_append();
         // Another thread's failed sync may have poisoned the handle while
         // this one waited: its lost writes must not be reported durable.
         self.check_poisoned()?;
-        let owner = self.in_opener();
-        let r = self.sync_locked(owner);
-        if r.is_err() && owner && self.armed.load(Ordering::Acquire) {
+        let r = self.sync_locked();
+        if r.is_err() && self.armed.load(Ordering::Acquire) {
             // The kernel reports a failed write-back once and may then
             // treat the lost pages as clean, so a later open on this boot
             // would trust a `meta.zr` naming them. Put back the header the
@@ -717,9 +740,9 @@ impl Engine {
         r
     }
 
-    fn sync_locked(&self, owner: bool) -> Result<()> {
+    fn sync_locked(&self) -> Result<()> {
         self.sync_files()?;
-        if self.armed.load(Ordering::Acquire) && owner {
+        if self.armed.load(Ordering::Acquire) {
             // Files the deferred appends created get durable entries before
             // the marker goes; then its removal is made durable.
             let sync_dir = || {

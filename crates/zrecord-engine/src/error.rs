@@ -74,7 +74,7 @@ pub enum Error {
     /// processes would share one lock and one in-memory state, and the
     /// deferred-append marker belongs to the process that opened the store.
     #[error(
-        "store {path}: this handle was opened by process {opener}; a forked process cannot write through it (open the store in this process)"
+        "store {path}: this handle was opened by process {opener}; a forked process cannot write through it, nor make the opener's deferred appends durable (open the store in this process)"
     )]
     ForeignProcess {
         /// The store directory.

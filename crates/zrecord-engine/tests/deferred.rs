@@ -303,3 +303,64 @@ fn an_open_falls_back_to_the_marker_when_meta_names_missing_bytes() {
     let err = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&image)).unwrap_err();
     assert!(err.to_string().contains("1.loc"), "{err}");
 }
+
+/// A forked child that inherited a handle fsyncs nothing through it (the
+/// opener must see its own write-back errors) and cannot remove the
+/// opener's marker: with the opener's deferred appends pending, its `sync`
+/// and `close` fail with `ForeignProcess` instead of reporting them durable;
+/// with none pending they succeed.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_forked_child_cannot_report_the_openers_deferred_appends_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let e = Engine::create(&path, &deferred(Codec::Raw)).unwrap();
+    append(&e, 0..1);
+    e.sync().unwrap();
+    // In the child: 0 = as expected, 1 = wrong sync result, 2 = wrong close
+    // result.
+    let child = |e: Engine, pending: bool| -> i32 {
+        let foreign = |r: zrecord_engine::Result<()>| {
+            matches!(r, Err(zrecord_engine::Error::ForeignProcess { .. }))
+        };
+        let expected = |r: zrecord_engine::Result<()>| {
+            if pending { foreign(r) } else { r.is_ok() }
+        };
+        if !expected(e.sync()) {
+            return 1;
+        }
+        if !expected(e.close()) {
+            return 2;
+        }
+        0
+    };
+    let in_child = |e: &Engine, pending: bool| {
+        // SAFETY: the child only calls into the engine (which takes no lock
+        // on these paths) and leaves with `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: a bitwise copy of the parent's handle, consumed once in
+            // this process; the parent keeps its own.
+            let copy = unsafe { std::ptr::read(e) };
+            let code = child(copy, pending);
+            // SAFETY: ends the child without running the parent's exit code.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child crashed: {status}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "pending {pending}");
+    };
+    in_child(&e, false);
+    append(&e, 1..3); // deferred: the marker is armed
+    in_child(&e, true);
+    assert!(
+        path.join("durable.zr").exists(),
+        "the child left the opener's marker"
+    );
+    e.close().unwrap();
+    assert!(!path.join("durable.zr").exists());
+    let r = Engine::open(&path, OpenMode::ReadOnly).unwrap();
+    expect(&r, 0..3);
+}

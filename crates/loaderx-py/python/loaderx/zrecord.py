@@ -23,8 +23,9 @@ reference, a power cut before that rolls the store back to its last durable
 state (the reference's header could then name records whose bytes never
 reached the disk). ``durability="each_append"`` makes
 every append durable on return, at the cost of three disk flushes per call.
-A handle inherited by a forked process can be read and closed there, but
-not written through (``ZrecordError``): open the store in that process.
+A handle inherited by a forked process can be read there, but not written
+through (``ZrecordError``), and its ``sync``/``close`` there raise while the
+opener has appends that are not yet durable: open the store in that process.
 
 """
 
