@@ -250,6 +250,7 @@ fn work_done_after_any_kill_survives_a_power_cut() {
             scenarios += kill_then_cut(codec, seed, durability);
         }
     }
+    eprintln!("{scenarios} power-cut images after a kill and a follow-up");
     assert!(scenarios > 10_000, "{scenarios}");
 }
 
