@@ -187,6 +187,7 @@ impl Engine {
         let per_chunk: Vec<&[WriteGroup]> = groups.chunk_by(|a, b| a.chunk == b.chunk).collect();
         match per_chunk[..] {
             [one] => write_file(one)?,
+            _ if !crate::pool_usable() => per_chunk.iter().try_for_each(|gs| write_file(gs))?,
             _ => per_chunk.par_iter().try_for_each(|gs| write_file(gs))?,
         }
 
@@ -295,11 +296,16 @@ impl Engine {
         touched.extend(new_locs.iter());
         // Concurrently: on a journaling file system the flushes of the chunk
         // and the loc segment can then share one journal commit.
-        touched.par_iter().try_for_each(|h| {
+        let sync = |h: &&Arc<Handle>| {
             h.file
                 .sync()
                 .map_err(|e| self.poison(Error::io(&h.path, "sync", e)))
-        })?;
+        };
+        if crate::pool_usable() {
+            touched.par_iter().try_for_each(sync)?;
+        } else {
+            touched.iter().try_for_each(sync)?;
+        }
         if !new_chunks.is_empty() || !new_locs.is_empty() {
             self.cfg
                 .vfs
@@ -311,19 +317,21 @@ impl Engine {
     }
 
     fn compress_all(&self, recs: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
+        let compress = |ctx: &mut std::io::Result<zstd::bulk::Compressor<'_>>, r: &[u8]| match ctx {
+            Ok(c) => c
+                .compress(r)
+                .map_err(|e| Error::InvalidArgument(format!("zstd compression failed: {e}"))),
+            Err(e) => Err(Error::InvalidArgument(format!(
+                "cannot create a zstd context: {e}"
+            ))),
+        };
+        if !crate::pool_usable() {
+            let mut ctx = self.codec.compressor();
+            return recs.iter().map(|r| compress(&mut ctx, r)).collect();
+        }
         recs.par_iter()
             .with_min_len(4)
-            .map_init(
-                || self.codec.compressor(),
-                |ctx, r| match ctx {
-                    Ok(c) => c.compress(r).map_err(|e| {
-                        Error::InvalidArgument(format!("zstd compression failed: {e}"))
-                    }),
-                    Err(e) => Err(Error::InvalidArgument(format!(
-                        "cannot create a zstd context: {e}"
-                    ))),
-                },
-            )
+            .map_init(|| self.codec.compressor(), |ctx, r| compress(ctx, r))
             .collect()
     }
 

@@ -236,6 +236,10 @@ impl Engine {
     ) -> Result<()> {
         let cost = |l: &Loc| record_cost(self.codec.codec, l);
         let total: usize = locs.iter().map(cost).sum();
+        if !crate::pool_usable() {
+            // A forked child: the pool's threads are in the parent.
+            return self.read_run(st, &mut self.worker(), dsts, locs, indices);
+        }
         let threads = rayon::current_num_threads().max(1);
         if threads == 1 || total <= INLINE_COST || locs.len() < 2 {
             return self.read_run(st, &mut self.worker(), dsts, locs, indices);

@@ -63,6 +63,7 @@ mod codec;
 mod deferred;
 mod engine;
 mod error;
+mod fork;
 #[doc(hidden)]
 pub mod format;
 #[doc(hidden)]
@@ -84,6 +85,7 @@ pub use engine::{Engine, OpenMode, Stats};
 #[doc(hidden)]
 pub use engine::{EngineConfig, ReadPath};
 pub use error::{Error, Result};
+pub use fork::pool_usable;
 pub use verify::VerifyReport;
 
 #[cfg(test)]

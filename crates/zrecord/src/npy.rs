@@ -810,6 +810,9 @@ pub fn read_prefix<T: Element>(
 /// Task count for a block read: the request, the leading dimension and a
 /// minimum of [`MIN_BYTES_PER_TASK`] per task all bound it; at least 1.
 pub fn block_tasks(p: Parallelism, blocks: usize, payload_bytes: u64) -> usize {
+    if !zrecord_engine::pool_usable() {
+        return 1; // a forked child: the pool's threads are in the parent
+    }
     let req = match p {
         Parallelism::Sequential => 1,
         Parallelism::Tasks(n) => n,

@@ -1058,8 +1058,21 @@ fn pool_of(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
 }
 
 /// Runs `f` in a pool of `opts.threads` threads (the current pool when 0 or
-/// when it already has that many).
+/// when it already has that many). In a process forked after the pools
+/// started (their threads stayed in the parent), in a pool built for the
+/// call.
 fn in_pool<R: Send>(opts: &LoadTxtOptions, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+    if !zrecord_engine::pool_usable() {
+        let n = match opts.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .map_err(|e| Error::invalid(format!("cannot start {n} parser threads: {e}")))?;
+        return pool.install(f);
+    }
     if opts.threads == 0 || opts.threads == rayon::current_num_threads() {
         return f();
     }

@@ -1,0 +1,98 @@
+//! A process forked after the engine used rayon's pool (a forked PyTorch
+//! DataLoader worker, a `multiprocessing` child) inherits the pool without
+//! its threads: parallel gathers, compression and writes there must run on
+//! the calling thread instead of waiting forever for pool threads that
+//! stayed in the parent.
+
+mod common;
+use common::*;
+use zrecord_engine::{Codec, Engine, OpenMode, ReadPath};
+
+/// Records that cost far more than the inline threshold to gather.
+fn fill(e: &Engine, n: u64) -> Vec<Vec<u8>> {
+    let recs: Vec<Vec<u8>> = (0..n)
+        .map(|i| record(i, 2000 + (i % 50) as usize))
+        .collect();
+    let mut off = vec![0];
+    for r in &recs {
+        off.push(off.last().unwrap() + r.len());
+    }
+    e.append_var(&recs.concat(), &off).unwrap();
+    recs
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_forked_child_gathers_appends_and_compresses_on_its_own_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny(ReadPath::Mmap);
+    cfg.chunk_capacity = 1 << 20;
+    let a = Engine::create_with(dir.path().join("a"), &options(Codec::Zstd), cfg.clone()).unwrap();
+    let recs = fill(&a, 400);
+    a.sync().unwrap();
+    // The parent's parallel gather starts the pool.
+    assert!(zrecord_engine::pool_usable());
+    assert_matches(&a, &recs);
+
+    let child = || -> i32 {
+        // A hang is the failure mode: end it with SIGALRM, not a stuck test.
+        // SAFETY: plain libc call in the child.
+        unsafe { libc::alarm(30) };
+        // The inherited handle reads, inline.
+        let idx: Vec<u64> = (0..recs.len() as u64).rev().collect();
+        let mut lens = vec![0u64; idx.len()];
+        if a.record_lengths(&idx, &mut lens, None).is_err() {
+            return 2;
+        }
+        let mut offsets = vec![0usize];
+        for l in &lens {
+            offsets.push(offsets.last().unwrap() + *l as usize);
+        }
+        let mut dst = vec![0u8; *offsets.last().unwrap()];
+        if a.gather_var(&idx, &mut dst, &offsets).is_err() {
+            return 3;
+        }
+        for (k, &i) in idx.iter().enumerate() {
+            if dst[offsets[k]..offsets[k + 1]] != recs[i as usize][..] {
+                return 4;
+            }
+        }
+        // A store of its own: compression of many records and writes to
+        // several chunks, then a gather through a fresh handle.
+        let mut cfg = tiny(ReadPath::Pread);
+        cfg.chunk_capacity = 64 << 10;
+        let b = match Engine::create_with(dir.path().join("b"), &options(Codec::Zstd), cfg.clone())
+        {
+            Ok(b) => b,
+            Err(_) => return 5,
+        };
+        let mine = fill(&b, 300);
+        if b.close().is_err() {
+            return 6;
+        }
+        let Ok(b) = Engine::open_with(dir.path().join("b"), OpenMode::ReadOnly, cfg) else {
+            return 7;
+        };
+        assert_matches(&b, &mine);
+        0
+    };
+    // SAFETY: the child runs engine calls only and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(9);
+        // SAFETY: ends the child without running the parent's exit code.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status),
+        "the child did not exit (signal {}: hung in the pool?)",
+        libc::WTERMSIG(status)
+    );
+    assert_eq!(libc::WEXITSTATUS(status), 0);
+    // The parent's pool still works.
+    assert!(zrecord_engine::pool_usable());
+    assert_matches(&a, &recs);
+}
