@@ -31,8 +31,8 @@ impl Pool {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(slot);
-        // The token channel has room for every slot; if the loader is gone
-        // the buffers are simply freed with the pool.
+        // The token channel is unbounded; if the loader is gone the buffers
+        // are simply freed with the pool.
         let _ = self.tokens.try_send(());
     }
 

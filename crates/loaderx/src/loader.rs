@@ -5,12 +5,22 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{Receiver, Sender, bounded, select};
+use crossbeam_channel::{Receiver, Sender, bounded, select, unbounded};
 use zsampler::{Mode, Sampler};
 
 use crate::batch::{Batch, Layout, Pool, Slot};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
+
+/// How long the producer waits for a freed batch slot before making a new
+/// one (the consumer usually drops its last batch within a step; one that
+/// keeps batches would otherwise stall the loader for good).
+const SLOT_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Largest [`LoaderOptions::prefetch`] accepted.
+pub const MAX_PREFETCH: usize = 1 << 16;
+/// Largest [`LoaderOptions::workers`] accepted.
+pub const MAX_WORKERS: usize = 1 << 12;
 
 /// How a [`DataLoader`] samples and how far it runs ahead.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,20 +186,36 @@ impl<O: Send + 'static> DataLoader<O> {
                 detail: "must be at least 1".into(),
             });
         }
+        // Each counts batch buffers (or threads): a count past these is a
+        // mistake that would otherwise end in a failed allocation (an abort).
+        for (option, value, max) in [
+            ("prefetch", opts.prefetch, MAX_PREFETCH),
+            ("workers", opts.workers, MAX_WORKERS),
+        ] {
+            if value > max {
+                return Err(Error::Config {
+                    option,
+                    detail: format!("{value} is more than the {max} allowed"),
+                });
+            }
+        }
         let mut sampler = Sampler::new(n, opts.batch_size, opts.mode, opts.seed)?;
         if let Some((rank, world)) = opts.shard {
             sampler = sampler.sharded(rank, world)?;
         }
 
         // Every batch in flight holds one credit from the moment the producer
-        // starts it until the consumer takes it; the pool holds one slot per
-        // credit. Together they bound memory whatever the transform does.
+        // starts it until the consumer takes it; the pool starts with one slot
+        // per credit. Together they bound what the loader holds whatever the
+        // transform does; batches the consumer keeps (an identity transform
+        // collected) are the consumer's, and the pool makes new slots for
+        // them rather than wait for their return.
         let window = opts.prefetch + opts.workers + 1;
         let (credit_tx, credit_rx) = bounded::<()>(window);
         for _ in 0..window {
             credit_tx.send(()).expect("the credit channel has room");
         }
-        let (token_tx, token_rx) = bounded::<()>(window);
+        let (token_tx, token_rx) = unbounded::<()>();
         let pool = Arc::new(Pool {
             stack: Mutex::new(Vec::with_capacity(window)),
             tokens: token_tx,
@@ -379,13 +405,20 @@ impl Producer {
                 recv(self.credits) -> c => if c.is_err() { return },
                 recv(self.shutdown) -> _ => return,
             }
-            select! {
-                recv(self.free) -> t => if t.is_err() { return },
+            // A freed slot, else (after a short wait: a consumer dropping its
+            // last batch returns one at once) a new one, since the consumer
+            // may be keeping every batch it took.
+            let mut slot = select! {
+                recv(self.free) -> t => match t {
+                    Ok(()) => match self.pool.take() {
+                        Some(slot) => slot,
+                        // Unreachable: every token stands for a slot on the stack.
+                        None => return,
+                    },
+                    Err(_) => return,
+                },
                 recv(self.shutdown) -> _ => return,
-            }
-            let Some(mut slot) = self.pool.take() else {
-                // Unreachable: every token stands for a slot on the stack.
-                return;
+                default(SLOT_WAIT) => Slot::new(),
             };
             let step = self.step;
             let item = match self.sampler.batch_at(step, &mut indices) {

@@ -343,3 +343,56 @@ fn read_only_handles_feed_several_loaders_at_once() {
         assert_eq!(a.dense::<f32>("x").unwrap(), b.dense::<f32>("x").unwrap());
     }
 }
+
+#[test]
+fn a_consumer_may_keep_every_batch_it_took() {
+    // An identity loader's items are the pool's batch slots: collecting more
+    // than the pool held used to stall the producer for good.
+    for workers in [0, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let streams = fixture(dir.path());
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let o = LoaderOptions {
+                prefetch: 1,
+                ..opts(workers, Mode::Cyclic)
+            };
+            let loader = DataLoader::new(streams, o).unwrap();
+            let kept: Vec<_> = loader.take(25).map(|s| s.unwrap()).collect();
+            done_tx.send(kept).unwrap();
+        });
+        let kept = done_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the loader stalled while the consumer kept its batches");
+        for (k, s) in kept.iter().enumerate() {
+            assert_eq!(s.step, k as u64);
+            check_batch(&s.value);
+        }
+    }
+}
+
+#[test]
+fn counts_that_could_only_end_in_an_abort_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for o in [
+        LoaderOptions {
+            prefetch: loaderx::MAX_PREFETCH + 1,
+            ..LoaderOptions::default()
+        },
+        LoaderOptions {
+            prefetch: 1 << 40,
+            ..LoaderOptions::default()
+        },
+        LoaderOptions {
+            workers: loaderx::MAX_WORKERS + 1,
+            ..LoaderOptions::default()
+        },
+    ] {
+        match DataLoader::new(fixture(dir.path()), o) {
+            Err(Error::Config { detail, .. }) => assert!(detail.contains("allowed"), "{detail}"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        std::fs::create_dir(dir.path()).unwrap();
+    }
+}
