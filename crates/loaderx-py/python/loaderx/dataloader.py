@@ -17,7 +17,9 @@ is the step of the next batch returned); ``ordered`` (default ``True``)
 delivers batches in step order, so a run is reproducible and resumable exactly.
 """
 
+import os
 import threading
+import time
 from collections import deque
 
 from .zsampler import Sampler
@@ -51,6 +53,7 @@ class _Pipeline:
         self.in_flight = 0            # gathered but not yet consumed
         self.next_step = start_step   # next step handed to the consumer
         self.draw_lock = threading.Lock()  # (step, next()) drawn as one
+        self.pid = os.getpid()             # the threads live in this process
         # Two gather threads: while one waits out the tail of its gather (the
         # last job on one core) or does the Python work around it, the other
         # keeps every core decoding. Ordered delivery is by step, so batches
@@ -63,13 +66,29 @@ class _Pipeline:
                              daemon=True)
             for i in range(num_workers)
         ]
-        for t in self.threads:
-            t.start()
+        started = []
+        try:
+            for t in self.threads:
+                t.start()
+                started.append(t)
+        except BaseException:
+            # Threads that did start must not run on with the stores.
+            self.threads = started
+            self.close(timeout=5.0)
+            raise
 
     def _fail(self, exc):
+        if isinstance(exc, StopIteration):
+            # Raised from next(), it would end the consumer's for loop as if
+            # the endless loader were exhausted (PEP 479's reasoning).
+            err = RuntimeError(f"the transform raised {exc!r}")
+            err.__cause__ = exc
+            exc = err
         with self.cond:
             if self.failure is None and not self.stopped:
-                self.failure = exc
+                # Kept with the traceback it has now: re-raising the same
+                # object would otherwise grow its traceback on every call.
+                self.failure = (exc, exc.__traceback__)
             self.stopped = True
             self.cond.notify_all()
 
@@ -116,6 +135,13 @@ class _Pipeline:
             self._fail(exc)
 
     def next(self):
+        if os.getpid() != self.pid:
+            # Checked before the lock, which a parent thread may have held
+            # at the fork.
+            raise RuntimeError(
+                "this DataLoader's threads run in the process that created "
+                f"it ({self.pid}); create a DataLoader in this forked process"
+            )
         with self.cond:
             while True:
                 if self.ordered:
@@ -126,10 +152,11 @@ class _Pipeline:
                     step = min(self.done)
                     break
                 if self.failure is not None:
-                    exc = self.failure
-                    raise exc.with_traceback(exc.__traceback__)
+                    exc, tb = self.failure
+                    raise exc.with_traceback(tb)
                 if self.stopped:
                     raise RuntimeError("the DataLoader is closed")
+
                 self.cond.wait(self._POLL)
             out = self.done.pop(step)
             self.in_flight -= 1
@@ -138,15 +165,20 @@ class _Pipeline:
             return out
 
     def close(self, timeout=30.0):
+        """Stops the threads and waits for them up to ``timeout`` seconds in
+        all (a transform still running past that finishes on its own)."""
+        if os.getpid() != self.pid:
+            return  # a forked child: the threads (and their lock) are the parent's
         with self.cond:
             self.stopped = True
             self.raw.clear()
             self.done.clear()
             self.cond.notify_all()
         current = threading.current_thread()
+        deadline = time.monotonic() + timeout
         for t in self.threads:
             if t is not current:
-                t.join(timeout)
+                t.join(max(0.0, deadline - time.monotonic()))
 
 
 class DataLoader:
@@ -197,7 +229,10 @@ class DataLoader:
             sampler = Sampler(length, batch_size, mode, seed)
         else:
             sampler = Sampler(length, batch_size, mode, seed, rank=rank, world=world)
-        sampler.seek(int(start_step))
+        start_step = int(start_step)
+        if not 0 <= start_step < 2**63:
+            raise ValueError(f"start_step must be in [0, 2**63), got {start_step}")
+        sampler.seek(start_step)
         self.sampler = sampler
         self._pipeline = _Pipeline(
             self.streams, sampler, transform, num_workers,
@@ -227,11 +262,13 @@ class DataLoader:
     def __exit__(self, exc_type, exc_val, exc_tb):
         self.close()
 
-    def close(self):
-        """Stop and join the pipeline threads. Idempotent."""
+    def close(self, timeout=30.0):
+        """Stop the pipeline threads and wait for them, up to ``timeout``
+        seconds in all (a transform still running then finishes on its own,
+        its result dropped). Idempotent."""
         pipeline = getattr(self, "_pipeline", None)
         if pipeline is not None:
-            pipeline.close()
+            pipeline.close(timeout)
 
     def __del__(self):
         self.close()
