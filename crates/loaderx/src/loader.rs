@@ -21,6 +21,9 @@ const SLOT_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 pub const MAX_PREFETCH: usize = 1 << 16;
 /// Largest [`LoaderOptions::workers`] accepted.
 pub const MAX_WORKERS: usize = 1 << 12;
+/// Largest [`LoaderOptions::start_step`] accepted (`2^63 - 1`, as in the
+/// Python binding): later steps could not be numbered without wrapping.
+pub const MAX_START_STEP: u64 = i64::MAX as u64;
 
 /// How a [`DataLoader`] samples and how far it runs ahead.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +35,8 @@ pub struct LoaderOptions {
     /// Sampler seed. Default 42.
     pub seed: u64,
     /// First step to produce: a loader started at step `k` yields exactly
-    /// the batches a loader started at 0 yields from its `k`-th on.
+    /// the batches a loader started at 0 yields from its `k`-th on. At most
+    /// [`MAX_START_STEP`].
     pub start_step: u64,
     /// `(rank, world_size)`: this process draws only its disjoint slice of
     /// every global batch. `None` is `(0, 1)`.
@@ -184,6 +188,15 @@ impl<O: Send + 'static> DataLoader<O> {
             return Err(Error::Config {
                 option: "prefetch",
                 detail: "must be at least 1".into(),
+            });
+        }
+        if opts.start_step > MAX_START_STEP {
+            return Err(Error::Config {
+                option: "start_step",
+                detail: format!(
+                    "{} is past {MAX_START_STEP}, where step numbers would wrap",
+                    opts.start_step
+                ),
             });
         }
         // Each counts batch buffers (or threads): a count past these is a
