@@ -289,3 +289,31 @@ def test_a_forked_child_gathers_but_cannot_iterate_the_parents_loader():
     loader.close()
     ro.close()
     close_all(streams)
+
+
+@ours_only
+def test_an_error_at_step_k_comes_after_every_step_before_it():
+    # Sequential mode: the 'y' stream's first value says the step. Steps
+    # before 5 are slow, step 5 fails at once: ordered delivery still hands
+    # out steps 0..4 first, as the Rust loader does, whatever the timing.
+    _, streams = make_streams(100)
+
+    def slow_then_fail(batch):
+        step = int(batch["y"][0]) // 4
+        if step == 5:
+            raise ValueError("step 5")
+        if step < 5:
+            time.sleep(0.05 * (5 - step))
+        return step
+
+    for _ in range(3):
+        loader = DataLoader(streams, batch_size=4, mode=0, num_workers=4,
+                            transform=slow_then_fail)
+        got = [next(loader) for _ in range(5)]
+        assert got == [0, 1, 2, 3, 4]
+        with pytest.raises(ValueError, match="step 5"):
+            next(loader)
+        with pytest.raises(ValueError, match="step 5"):
+            next(loader)  # sticky
+        loader.close()
+    close_all(streams)

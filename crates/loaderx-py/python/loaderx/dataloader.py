@@ -47,7 +47,8 @@ class _Pipeline:
         self.ordered = ordered
         self.cond = threading.Condition()
         self.stopped = False
-        self.failure = None
+        self.failure = None           # (exception, traceback)
+        self.fail_step = None         # the step that failed, if known
         self.raw = deque()            # (step, gathered batch) awaiting transform
         self.done = {}                # step -> transformed batch
         self.in_flight = 0            # gathered but not yet consumed
@@ -77,7 +78,10 @@ class _Pipeline:
             self.close(timeout=5.0)
             raise
 
-    def _fail(self, exc):
+    def _fail(self, exc, step=None):
+        """Records a failure at ``step``. In ordered mode the steps before
+        it are still finished and delivered first (as the Rust loader does),
+        so where an error surfaces does not depend on thread timing."""
         if isinstance(exc, StopIteration):
             # Raised from next(), it would end the consumer's for loop as if
             # the endless loader were exhausted (PEP 479's reasoning).
@@ -85,22 +89,35 @@ class _Pipeline:
             err.__cause__ = exc
             exc = err
         with self.cond:
-            if self.failure is None and not self.stopped:
+            if self.stopped:
+                return  # closed: nobody to tell
+            earlier = step is not None and (self.fail_step is None or step < self.fail_step)
+            if self.failure is None or earlier:
                 # Kept with the traceback it has now: re-raising the same
                 # object would otherwise grow its traceback on every call.
                 self.failure = (exc, exc.__traceback__)
-            self.stopped = True
+                self.fail_step = step
+            if not self.ordered or self.fail_step is None:
+                self.stopped = True
             self.cond.notify_all()
 
+    def _after_failure(self, step):
+        """Whether ``step`` need not be produced: it is at or past a failed
+        step (called with the lock held)."""
+        return self.failure is not None and (self.fail_step is None or step >= self.fail_step)
+
     def _gather(self):
+        step = None
         try:
             while True:
                 with self.cond:
-                    while not self.stopped and self.in_flight >= self.capacity:
+                    while (not self.stopped and self.failure is None
+                           and self.in_flight >= self.capacity):
                         self.cond.wait(self._POLL)
-                    if self.stopped:
-                        return
+                    if self.stopped or self.failure is not None:
+                        return  # no new steps once one failed
                     self.in_flight += 1
+                step = None
                 with self.draw_lock:
                     step = self.sampler.step
                     idxs = self.sampler.next()
@@ -112,9 +129,10 @@ class _Pipeline:
                     self.cond.notify_all()
                 del batch
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
-            self._fail(exc)
+            self._fail(exc, step)
 
     def _work(self):
+        step = None
         try:
             while True:
                 with self.cond:
@@ -123,6 +141,8 @@ class _Pipeline:
                     if self.stopped:
                         return
                     step, batch = self.raw.popleft()
+                    if self._after_failure(step):
+                        continue  # its result would never be delivered
                 out = self.transform(batch)
                 del batch
                 with self.cond:
@@ -132,7 +152,7 @@ class _Pipeline:
                     self.cond.notify_all()
                 del out
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
-            self._fail(exc)
+            self._fail(exc, step)
 
     def next(self):
         if os.getpid() != self.pid:
@@ -151,7 +171,10 @@ class _Pipeline:
                 elif self.done:
                     step = min(self.done)
                     break
-                if self.failure is not None:
+                if self.failure is not None and (not self.ordered
+                                                 or self._after_failure(self.next_step)):
+                    self.stopped = True  # every step before it was delivered
+                    self.cond.notify_all()
                     exc, tb = self.failure
                     raise exc.with_traceback(tb)
                 if self.stopped:
