@@ -561,32 +561,6 @@ fn line_at(bytes: &[u8], pos: usize, end: usize) -> (usize, usize) {
     (e, next)
 }
 
-/// Where a line's content ends: at its first comment byte or its first
-/// carriage return, whichever comes first (`line.len()` without either).
-/// [`line_at`] strips the CR of a CRLF ending, so a CR found here is a
-/// lone one: an old Mac line ending, which this parser does not split at.
-#[inline]
-fn content_end(line: &[u8], comment: Option<u8>) -> usize {
-    let c = comment.unwrap_or(b'\r');
-    let mut blocks = line.chunks_exact(32);
-    let mut base = 0;
-    for blk in &mut blocks {
-        let mut m: u32 = 0;
-        for (j, &b) in blk.iter().enumerate() {
-            m |= ((b == b'\r') as u32 | (b == c) as u32) << j;
-        }
-        if m != 0 {
-            return base + m.trailing_zeros() as usize;
-        }
-        base += 32;
-    }
-    blocks
-        .remainder()
-        .iter()
-        .position(|&b| b == b'\r' || b == c)
-        .map_or(line.len(), |p| p + base)
-}
-
 /// The error for a line that holds a lone CR before any comment: NumPy
 /// reads the file in text mode, where a lone CR ends a line, so reading
 /// on would silently join lines.
@@ -597,8 +571,14 @@ fn lone_cr(
     line: &[u8],
     comment: Option<u8>,
 ) -> Result<()> {
-    let e = content_end(line, comment);
-    if line.get(e) == Some(&b'\r') {
+    // `line_at` strips the CR of a CRLF, so a CR here is a lone one. Only
+    // the header lines come here (the data rows meet theirs in the
+    // parsers), so a plain scan does.
+    let lone = line
+        .iter()
+        .take_while(|&&b| Some(b) != comment)
+        .any(|&b| b == b'\r');
+    if lone {
         return Err(row_error(path, bytes, line_start, line, RowErr::LoneCr, 0));
     }
     Ok(())

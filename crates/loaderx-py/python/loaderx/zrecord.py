@@ -104,8 +104,10 @@ def _integral(idxs):
     accepts them; a fractional or non-finite float, or any other object,
     is an IndexError rather than a silent truncation."""
     if idxs.dtype.kind == "f":
-        if not np.all(np.isfinite(idxs) & (np.trunc(idxs) == idxs)):
-            bad = idxs[~(np.isfinite(idxs) & (np.trunc(idxs) == idxs))].flat[0]
+        whole = np.trunc(idxs) == idxs  # False for nan; inf is caught below
+        whole &= np.isfinite(idxs)
+        if not whole.all():
+            bad = idxs[~whole].flat[0]
             raise IndexError(f"record index {bad!r} is not a whole number")
         return idxs.astype(np.int64)
     for v in idxs.flat:
