@@ -840,19 +840,28 @@ fn sampler_err(e: zsampler::Error) -> PyErr {
 }
 
 impl PySampler {
-    fn draw<'py>(&self, py: Python<'py>, step: Option<u64>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+    /// The batch at `step` (without moving the cursor), or at the cursor
+    /// (advancing it); with the step it belongs to, read under the same lock.
+    fn draw<'py>(
+        &self,
+        py: Python<'py>,
+        step: Option<u64>,
+    ) -> PyResult<(u64, Bound<'py, PyArray1<u64>>)> {
         // SAFETY: `u64` has no invalid bit patterns, and the draw below
         // writes every element (`batch_at` / `next_into` fill the whole
         // slice) before the array is returned; on error it is dropped.
         let out = unsafe { PyArray1::<u64>::new(py, self.len, false) };
-        {
+        let at = {
             let mut rw = out.readwrite();
             let buf = rw.as_slice_mut()?;
             let mut run = || {
                 let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
                 match step {
-                    Some(step) => s.batch_at(step, buf),
-                    None => s.next_into(buf),
+                    Some(step) => s.batch_at(step, buf).map(|_| step),
+                    None => {
+                        let at = s.step();
+                        s.next_into(buf).map(|_| at)
+                    }
                 }
             };
             if self.len >= DETACH_INDICES {
@@ -860,9 +869,9 @@ impl PySampler {
             } else {
                 run()
             }
-            .map_err(sampler_err)?;
-        }
-        Ok(out)
+            .map_err(sampler_err)?
+        };
+        Ok((at, out))
     }
 }
 
@@ -892,12 +901,19 @@ impl PySampler {
 
     /// The batch at the cursor (a new `uint64` array); advances the cursor.
     fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        Ok(self.draw(py, None)?.1)
+    }
+
+    /// `(step, batch)` at the cursor, advancing it: the DataLoader's draw,
+    /// which must know the step of each batch even if the cursor is moved
+    /// (`loader.sampler.seek`) from another thread.
+    fn _draw<'py>(&self, py: Python<'py>) -> PyResult<(u64, Bound<'py, PyArray1<u64>>)> {
         self.draw(py, None)
     }
 
     /// The batch of any `step`, without moving the cursor.
     fn batch_at<'py>(&self, py: Python<'py>, step: u64) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        self.draw(py, Some(step))
+        Ok(self.draw(py, Some(step))?.1)
     }
 
     /// Moves the cursor to `step` (O(1)): resuming is a seek.
@@ -925,7 +941,7 @@ impl PySampler {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        self.draw(py, None)
+        Ok(self.draw(py, None)?.1)
     }
 }
 

@@ -33,7 +33,13 @@ def _identity(batch):
 
 class _Pipeline:
     """State shared by the threads. The threads reference this object, not the
-    DataLoader, so dropping the last DataLoader reference closes the pipeline."""
+    DataLoader, so dropping the last DataLoader reference closes the pipeline.
+
+    Batches are numbered by tickets, in the order the gather threads draw them
+    from the sampler (under ``draw_lock``); ordered delivery is ticket order.
+    That is step order unless someone moves ``loader.sampler``'s cursor
+    mid-run (as the reference allows), in which case the batches drawn before
+    the seek come out first and the new steps follow."""
 
     _POLL = 0.1
     _GATHERERS = 2
@@ -45,20 +51,29 @@ class _Pipeline:
         self.transform = transform
         self.capacity = capacity
         self.ordered = ordered
-        self.cond = threading.Condition()
+        # An RLock entered with ``with self.lock``: its C-level __enter__ has
+        # no point where a Ctrl-C can land between taking the lock and the
+        # with-block that releases it (Condition.__enter__ is Python code and
+        # has one), and Condition.wait re-takes an RLock uninterruptibly.
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
         self.stopped = False
         self.failure = None           # (exception, traceback)
-        self.fail_step = None         # the step that failed, if known
-        self.raw = deque()            # (step, gathered batch) awaiting transform
-        self.done = {}                # step -> transformed batch
-        self.in_flight = 0            # gathered but not yet consumed
-        self.next_step = start_step   # next step handed to the consumer
-        self.draw_lock = threading.Lock()  # (step, next()) drawn as one
+        self.fail_ticket = None       # the ticket that failed, if known
+        self.raw = deque()            # (ticket, step, gathered batch) awaiting transform
+        self.done = {}                # ticket -> (step, transformed batch)
+        self.started = 0              # batches the gather threads began (only grows)
+        self.delivered = 0            # batches handed to the consumer
+        self.tickets = 0              # tickets drawn (under draw_lock)
+        self.next_ticket = 0          # ordered: the ticket delivered next
+        self.next_step = start_step   # one past the step last returned
+        self.taking = None            # a hand-over in progress, see _hand_over
+        self.draw_lock = threading.Lock()  # (ticket, step, indices) drawn as one
         self.pid = os.getpid()             # the threads live in this process
         # Two gather threads: while one waits out the tail of its gather (the
         # last job on one core) or does the Python work around it, the other
-        # keeps every core decoding. Ordered delivery is by step, so batches
-        # still come out in sampler order.
+        # keeps every core decoding. Ordered delivery is by ticket, so
+        # batches still come out in sampler order.
         self.threads = [threading.Thread(target=self._gather, name=f"loaderx-gather-{i}",
                                          daemon=True)
                         for i in range(self._GATHERERS)]
@@ -78,8 +93,8 @@ class _Pipeline:
             self.close(timeout=5.0)
             raise
 
-    def _fail(self, exc, step=None):
-        """Records a failure at ``step``. In ordered mode the steps before
+    def _fail(self, exc, ticket=None):
+        """Records a failure at ``ticket``. In ordered mode the batches before
         it are still finished and delivered first (as the Rust loader does),
         so where an error surfaces does not depend on thread timing."""
         if isinstance(exc, StopIteration):
@@ -88,71 +103,74 @@ class _Pipeline:
             err = RuntimeError(f"the transform raised {exc!r}")
             err.__cause__ = exc
             exc = err
-        with self.cond:
+        with self.lock:
             if self.stopped:
                 return  # closed: nobody to tell
-            earlier = step is not None and (self.fail_step is None or step < self.fail_step)
+            earlier = ticket is not None and (self.fail_ticket is None
+                                              or ticket < self.fail_ticket)
             if self.failure is None or earlier:
                 # Kept with the traceback it has now: re-raising the same
                 # object would otherwise grow its traceback on every call.
                 self.failure = (exc, exc.__traceback__)
-                self.fail_step = step
-            if not self.ordered or self.fail_step is None:
+                self.fail_ticket = ticket
+            if not self.ordered or self.fail_ticket is None:
                 self.stopped = True
             self.cond.notify_all()
 
-    def _after_failure(self, step):
-        """Whether ``step`` need not be produced: it is at or past a failed
-        step (called with the lock held)."""
-        return self.failure is not None and (self.fail_step is None or step >= self.fail_step)
+    def _after_failure(self, ticket):
+        """Whether ``ticket`` need not be produced: it is at or past a failed
+        one (called with the lock held)."""
+        return self.failure is not None and (self.fail_ticket is None
+                                             or ticket >= self.fail_ticket)
 
     def _gather(self):
-        step = None
+        ticket = None
         try:
             while True:
-                with self.cond:
+                with self.lock:
                     while (not self.stopped and self.failure is None
-                           and self.in_flight >= self.capacity):
+                           and self.started - self.delivered >= self.capacity):
                         self.cond.wait(self._POLL)
                     if self.stopped or self.failure is not None:
-                        return  # no new steps once one failed
-                    self.in_flight += 1
-                step = None
+                        return  # no new batches once one failed
+                    self.started += 1
+                ticket = None
                 with self.draw_lock:
-                    step = self.sampler.step
-                    idxs = self.sampler.next()
+                    step, idxs = self.sampler._draw()
+                    ticket = self.tickets
+                    self.tickets += 1
                 batch = {name: ds.__getitems__(idxs) for name, ds in self.streams.items()}
-                with self.cond:
+                with self.lock:
                     if self.stopped:
                         return
-                    self.raw.append((step, batch))
+                    self.raw.append((ticket, step, batch))
                     self.cond.notify_all()
                 del batch
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
-            self._fail(exc, step)
+            self._fail(exc, ticket)
 
     def _work(self):
-        step = None
+        ticket = None
         try:
             while True:
-                with self.cond:
+                with self.lock:
                     while not self.stopped and not self.raw:
                         self.cond.wait(self._POLL)
                     if self.stopped:
                         return
-                    step, batch = self.raw.popleft()
-                    if self._after_failure(step):
+                    ticket, step, batch = self.raw.popleft()
+                    if self._after_failure(ticket):
                         continue  # its result would never be delivered
                 out = self.transform(batch)
                 del batch
-                with self.cond:
+                with self.lock:
                     if self.stopped:
                         return
-                    self.done[step] = out
+                    self.done[ticket] = (step, out)
                     self.cond.notify_all()
                 del out
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
-            self._fail(exc, step)
+            self._fail(exc, ticket)
 
     def next(self):
         if os.getpid() != self.pid:
@@ -162,18 +180,22 @@ class _Pipeline:
                 "this DataLoader's threads run in the process that created "
                 f"it ({self.pid}); create a DataLoader in this forked process"
             )
-        with self.cond:
+        with self.lock:
+            if self.taking is not None:
+                # A hand-over interrupted (Ctrl-C) before it returned: its
+                # batch was never seen, so it is this call's.
+                return self._hand_over()
             while True:
                 if self.ordered:
-                    if self.next_step in self.done:
-                        step = self.next_step
+                    if self.next_ticket in self.done:
+                        ticket = self.next_ticket
                         break
                 elif self.done:
-                    step = min(self.done)
+                    ticket = min(self.done)
                     break
                 if self.failure is not None and (not self.ordered
-                                                 or self._after_failure(self.next_step)):
-                    self.stopped = True  # every step before it was delivered
+                                                 or self._after_failure(self.next_ticket)):
+                    self.stopped = True  # every batch before it was delivered
                     self.cond.notify_all()
                     exc, tb = self.failure
                     raise exc.with_traceback(tb)
@@ -181,21 +203,38 @@ class _Pipeline:
                     raise RuntimeError("the DataLoader is closed")
 
                 self.cond.wait(self._POLL)
-            out = self.done.pop(step)
-            self.in_flight -= 1
-            self.next_step = step + 1
-            self.cond.notify_all()
-            return out
+            step, out = self.done[ticket]
+            self.taking = (ticket, step, self.delivered + 1, out)
+            return self._hand_over()
+
+    def _hand_over(self):
+        """Completes the hand-over journaled in ``taking`` (lock held) and
+        returns its batch. A KeyboardInterrupt can land between any two
+        statements of the consumer's thread; every statement here sets an
+        absolute value and ``taking`` is cleared last, so an interrupted
+        hand-over is finished by the next call, which returns the batch,
+        instead of a batch vanishing with the counters half updated (which
+        left ordered mode waiting forever for it)."""
+        ticket, step, delivered, out = self.taking
+        self.done.pop(ticket, None)
+        self.delivered = delivered
+        if self.next_ticket <= ticket:
+            self.next_ticket = ticket + 1
+        self.next_step = step + 1
+        self.cond.notify_all()
+        self.taking = None
+        return out
 
     def close(self, timeout=30.0):
         """Stops the threads and waits for them up to ``timeout`` seconds in
         all (a transform still running past that finishes on its own)."""
         if os.getpid() != self.pid:
             return  # a forked child: the threads (and their lock) are the parent's
-        with self.cond:
+        with self.lock:
             self.stopped = True
             self.raw.clear()
             self.done.clear()
+            self.taking = None
             self.cond.notify_all()
         current = threading.current_thread()
         deadline = time.monotonic() + timeout
@@ -265,8 +304,11 @@ class DataLoader:
 
     @property
     def step(self):
-        """The step of the next batch this loader returns (ordered mode):
-        pass it as ``start_step`` to resume exactly."""
+        """One past the step of the last batch returned (``start_step``
+        before the first): in ordered mode the step of the next batch, to
+        pass as ``start_step`` to resume exactly. (After a
+        ``loader.sampler.seek(k)`` mid-run, the batches already drawn come
+        out first, then step ``k`` on.)"""
         return self._pipeline.next_step
 
     def __len__(self):
