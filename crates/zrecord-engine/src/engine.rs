@@ -293,16 +293,6 @@ impl Engine {
         cfg.validate()?;
         let dir = dir.to_path_buf();
         let vfs = cfg.vfs.clone();
-        let names = match vfs.list_dir(&dir) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotAStore { path: dir });
-            }
-            Err(e) => return Err(Error::io(&dir, "list", e)),
-        };
-        if !names.iter().any(|n| n == META_FILE) {
-            return Err(Error::NotAStore { path: dir });
-        }
         let read_only = mode == OpenMode::ReadOnly;
         let flags = if read_only {
             OpenFlags::Read
@@ -311,13 +301,23 @@ impl Engine {
         };
         let open = |p: &Path| vfs.open(p, flags).map_err(|e| Error::io(p, "open", e));
         let meta_path = dir.join(META_FILE);
-        let meta = open(&meta_path)?;
+        let meta = match vfs.open(&meta_path, flags) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotAStore { path: dir });
+            }
+            Err(e) => return Err(Error::io(&meta_path, "open", e)),
+        };
         if !meta
             .try_lock(!read_only)
             .map_err(|e| Error::io(&meta_path, "lock", e))?
         {
             return Err(Error::StoreBusy { path: dir });
         }
+        // Listed under the lock: a listing taken before it could miss the
+        // `intent.zr` or `durable.zr` of a holder killed in between, and this
+        // handle would then serve (or write over) a half-applied delete.
+        let names = vfs.list_dir(&dir).map_err(|e| Error::io(&dir, "list", e))?;
         let size = meta.len().map_err(|e| Error::io(&meta_path, "stat", e))?;
         if size != META_SIZE as u64 {
             return Err(Error::corrupted(

@@ -155,3 +155,99 @@ fn read_only_handles_refuse_writes() {
     r.sync().unwrap();
     assert_eq!(r.len(), 2);
 }
+
+/// A file system that logs the order of directory listings and lock calls.
+#[derive(Debug)]
+struct LoggingVfs {
+    log: std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>,
+}
+
+#[derive(Debug)]
+struct LoggingFile {
+    inner: Box<dyn zrecord_engine::vfs::StorageFile>,
+    log: std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>,
+}
+
+impl zrecord_engine::vfs::StorageFile for LoggingFile {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn try_lock(&self, exclusive: bool) -> std::io::Result<bool> {
+        self.log.lock().unwrap().push("lock");
+        self.inner.try_lock(exclusive)
+    }
+}
+
+impl zrecord_engine::vfs::Vfs for LoggingVfs {
+    fn open(
+        &self,
+        path: &std::path::Path,
+        flags: zrecord_engine::vfs::OpenFlags,
+    ) -> std::io::Result<Box<dyn zrecord_engine::vfs::StorageFile>> {
+        let inner = zrecord_engine::vfs::RealVfs.open(path, flags)?;
+        Ok(Box::new(LoggingFile {
+            inner,
+            log: self.log.clone(),
+        }))
+    }
+    fn exists(&self, path: &std::path::Path) -> std::io::Result<bool> {
+        zrecord_engine::vfs::RealVfs.exists(path)
+    }
+    fn remove(&self, path: &std::path::Path) -> std::io::Result<()> {
+        zrecord_engine::vfs::RealVfs.remove(path)
+    }
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        zrecord_engine::vfs::RealVfs.rename(from, to)
+    }
+    fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+        self.log.lock().unwrap().push("list");
+        zrecord_engine::vfs::RealVfs.list_dir(dir)
+    }
+    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        zrecord_engine::vfs::RealVfs.create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        zrecord_engine::vfs::RealVfs.sync_dir(dir)
+    }
+    fn boot_id(&self) -> Option<Vec<u8>> {
+        zrecord_engine::vfs::RealVfs.boot_id()
+    }
+}
+
+#[test]
+fn open_lists_the_directory_only_under_the_lock() {
+    // A listing taken before the lock can miss the `intent.zr` of a holder
+    // killed mid-delete in between: the opener then serves the half-applied
+    // delete (a record twice), and a writer's later appends are undone when
+    // the stale intent replays at the next open.
+    let _g = serial();
+    let (_d, p) = store();
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let cfg = zrecord_engine::EngineConfig {
+            vfs: std::sync::Arc::new(LoggingVfs { log: log.clone() }),
+            ..Default::default()
+        };
+        let e = Engine::open_with(&p, mode, cfg).unwrap();
+        assert_eq!(e.len(), 2);
+        drop(e);
+        let log = log.lock().unwrap().clone();
+        let lock = log.iter().position(|&c| c == "lock").expect("a lock call");
+        assert!(
+            !log[..lock].contains(&"list"),
+            "{mode:?}: listed before locking: {log:?}"
+        );
+    }
+}
