@@ -73,7 +73,8 @@ fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
         E::Io { .. } | E::Poisoned { .. } => zerr(py, "StoreIOError", msg),
         E::Corrupted { .. } => zerr(py, "InvalidStore", msg),
         E::NotAStore { .. } => zerr(py, "StoreNotFound", msg),
-        E::StoreBusy { .. } => zerr(py, "StoreBusy", msg),
+        // Forked children may hold the store: busy until they let go.
+        E::StoreBusy { .. } | E::ForkedSinceOpen { .. } => zerr(py, "StoreBusy", msg),
         E::ForeignFiles { .. } => zerr(py, "StoreExists", msg),
         E::IndexOutOfRange { .. } => zerr(py, "IndexOutOfRange", msg),
         E::ReadOnly { .. } => zerr(py, "ReadOnlyStore", msg),

@@ -141,6 +141,9 @@ pub struct Engine {
     /// The process that opened the handle: a forked child that inherits it
     /// must not remove the marker the parent's later appends rely on.
     pub(crate) pid: u32,
+    /// [`crate::fork::forks`] when this handle was made: compaction refuses
+    /// once the process has forked since (a child may read through it).
+    pub(crate) forks_at_open: u64,
 }
 
 impl Engine {
@@ -264,6 +267,7 @@ impl Engine {
             armed: AtomicBool::new(false),
             durable_header: Mutex::new(None),
             pid: std::process::id(),
+            forks_at_open: crate::fork::forks(),
         })
     }
 
@@ -589,6 +593,7 @@ impl Engine {
             armed: AtomicBool::new(has_marker),
             durable_header: Mutex::new(marker_header),
             pid: std::process::id(),
+            forks_at_open: crate::fork::forks(),
         };
         if !read_only {
             if rolled_back {

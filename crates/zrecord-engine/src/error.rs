@@ -82,6 +82,17 @@ pub enum Error {
         /// The process that opened the handle.
         opener: u32,
     },
+    /// Compaction after this process forked with the store open: a child
+    /// may still gather through the inherited handle, whose record table and
+    /// memory maps would then name bytes the compaction moved or truncated
+    /// (another record's bytes, or a SIGBUS there).
+    #[error(
+        "store {path}: this process forked since it opened the store, and a forked child may still read through the inherited handle; compacting now would move records from under it. Close the store and open it again to compact (the open succeeds once no child holds the store)"
+    )]
+    ForkedSinceOpen {
+        /// The store directory.
+        path: PathBuf,
+    },
     /// A previous write or sync failed; the in-memory state may no longer
     /// match the disk, so the handle refuses further writes. Reopen the store.
     #[error("store {path}: a previous I/O error poisoned this handle; reopen the store")]

@@ -30,3 +30,28 @@ pub fn pool_usable() -> bool {
         Err(owner) => owner == me,
     }
 }
+
+/// `fork()`s this process made after [`forks`] was first called.
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FORK_HOOK: std::sync::Once = std::sync::Once::new();
+
+/// Runs in the parent after each `fork()` (an atomic add: safe there).
+extern "C" fn count_fork() {
+    FORKS.fetch_add(1, Ordering::AcqRel);
+}
+
+/// How many times this process has forked since the first call (which
+/// installs the counting hook). A handle compares it with its value at open:
+/// a child forked in between may read through the inherited handle, which
+/// shares its memory maps and record table with the parent's files.
+pub(crate) fn forks() -> u64 {
+    FORK_HOOK.call_once(|| {
+        // SAFETY: registers a handler that only does an atomic add; the
+        // other two handlers are absent. A failure (ENOMEM) leaves the count
+        // at 0, as before this existed.
+        unsafe {
+            libc::pthread_atfork(None, Some(count_fork), None);
+        }
+    });
+    FORKS.load(Ordering::Acquire)
+}

@@ -121,6 +121,11 @@ impl Engine {
     #[doc(hidden)]
     pub fn compact_steps(&mut self, max_moves: u64) -> Result<bool> {
         self.check_writable()?;
+        if self.cfg.vfs.shared_with_forks() && crate::fork::forks() != self.forks_at_open {
+            return Err(Error::ForkedSinceOpen {
+                path: self.dir.clone(),
+            });
+        }
         self.settle()?;
         let cap = self.cfg.chunk_capacity;
         let seg = self.cfg.loc_segment_entries;

@@ -496,6 +496,9 @@ impl Vfs for SimVfs {
     fn boot_id(&self) -> Option<Vec<u8>> {
         Some(self.lock().boot.to_le_bytes().to_vec())
     }
+    fn shared_with_forks(&self) -> bool {
+        false // in this process's memory: a forked child has its own copy
+    }
 }
 
 #[cfg(test)]

@@ -83,6 +83,12 @@ pub trait Vfs: Send + Sync + Debug {
     /// An id that changes whenever the machine boots (and so whenever the
     /// page cache was lost); `None` when the system offers none.
     fn boot_id(&self) -> Option<Vec<u8>>;
+    /// Whether a process forked from this one reaches the same files (and
+    /// so sees a compaction here move bytes under its inherited handles).
+    /// True unless the files live in this process's memory alone.
+    fn shared_with_forks(&self) -> bool {
+        true
+    }
 }
 
 /// The real file system.

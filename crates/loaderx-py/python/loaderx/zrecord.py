@@ -26,6 +26,8 @@ every append durable on return, at the cost of three disk flushes per call.
 A handle inherited by a forked process can be read there, but not written
 through (``ZrecordError``), and its ``sync``/``close`` there raise while the
 opener has appends that are not yet durable: open the store in that process.
+Once the opener has forked, its ``compact()`` raises ``StoreBusy`` (a child
+may still read through the handle): close and reopen the store to compact.
 
 """
 
