@@ -93,6 +93,16 @@ pub enum Error {
         asked: String,
     },
 
+    /// The pipeline's threads ended without reporting an error (a panic
+    /// outside the transform, e.g. in a gather); the loader stops.
+    #[error(
+        "the loader's threads ended unexpectedly before step {step} (a panic outside the transform)"
+    )]
+    PipelineDied {
+        /// The step the consumer was waiting for.
+        step: u64,
+    },
+
     /// A loader thread could not be started.
     #[error("starting a loader thread: {0}")]
     Thread(#[source] std::io::Error),

@@ -53,6 +53,8 @@ mod stream;
 
 pub use batch::{Batch, DenseColumn};
 pub use error::{Error, Result};
-pub use loader::{DataLoader, LoaderOptions, MAX_PREFETCH, MAX_START_STEP, MAX_WORKERS, Step};
+pub use loader::{
+    CLOSE_WAIT, DataLoader, LoaderOptions, MAX_PREFETCH, MAX_START_STEP, MAX_WORKERS, Step,
+};
 pub use stream::Stream;
 pub use zsampler::Mode;

@@ -2,20 +2,21 @@
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded, select, unbounded};
+use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded, select, unbounded};
 use zsampler::{Mode, Sampler};
 
 use crate::batch::{Batch, Layout, Pool, Slot};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 
-/// How long the producer waits for a freed batch slot before making a new
-/// one (the consumer usually drops its last batch within a step; one that
-/// keeps batches would otherwise stall the loader for good).
-const SLOT_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long dropping (or [`DataLoader::close`]) waits for the pipeline's
+/// threads: a transform that blocks past it is left to finish on its own.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(30);
 
 /// Largest [`LoaderOptions::prefetch`] accepted.
 pub const MAX_PREFETCH: usize = 1 << 16;
@@ -122,12 +123,21 @@ type Item<O> = (u64, Result<O>);
 /// stream at them (each gather is itself parallel); `workers` threads run the
 /// transform; bounded channels give backpressure. At most
 /// `prefetch + workers + 1` batches are in flight, and their buffers are
-/// recycled. Dropping the loader stops and joins every thread.
+/// recycled. Dropping the loader stops every thread and waits for them (a
+/// transform still blocked after [`CLOSE_WAIT`] is left to finish on its
+/// own; [`DataLoader::close_within`] takes another limit).
 pub struct DataLoader<O> {
     out: Option<Receiver<Item<O>>>,
     credits: Sender<()>,
     shutdown: Option<Sender<()>>,
     threads: Vec<JoinHandle<()>>,
+    /// One message per thread as it ends (sent from a drop guard, so also
+    /// when it unwinds): lets a close wait with a deadline.
+    exits: Receiver<()>,
+    /// Set while the consumer blocks in `next()`; `hungry` wakes the
+    /// producer then (see `Producer::slot`).
+    waiting: Arc<AtomicBool>,
+    hungry: Sender<()>,
     pending: BTreeMap<u64, Result<O>>,
     next_step: u64,
     ordered: bool,
@@ -153,8 +163,9 @@ impl<O: Send + 'static> DataLoader<O> {
     /// # Errors
     /// [`Error::NoStreams`], [`Error::DuplicateStream`],
     /// [`Error::UnequalLengths`] (listing every stream's length),
-    /// [`Error::Config`] for a zero batch size or prefetch depth, and
-    /// [`Error::Sampler`] for an empty store or a bad shard.
+    /// [`Error::Config`] for a zero prefetch depth or a count past its
+    /// maximum, and [`Error::Sampler`] for a zero or oversized batch, an
+    /// empty store or a bad shard.
     pub fn with_transform<N, F, E>(
         streams: impl IntoIterator<Item = (N, Stream)>,
         opts: LoaderOptions,
@@ -253,12 +264,19 @@ impl<O: Send + 'static> DataLoader<O> {
         });
         let layout = Arc::new(Layout { names, streams });
 
+        let (exit_tx, exit_rx) = unbounded::<()>();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            let exit = ExitGuard(exit_tx.clone());
             std::thread::Builder::new()
                 .name(name)
-                .spawn(f)
+                .spawn(move || {
+                    let _exit = exit;
+                    f()
+                })
                 .map_err(Error::Thread)
         };
+        let waiting = Arc::new(AtomicBool::new(false));
+        let (hungry_tx, hungry_rx) = bounded::<()>(1);
         let producer = Producer {
             sampler,
             layout,
@@ -267,6 +285,8 @@ impl<O: Send + 'static> DataLoader<O> {
             free: token_rx,
             credits: credit_rx,
             shutdown: shutdown_rx.clone(),
+            waiting: Arc::clone(&waiting),
+            hungry: hungry_rx,
         };
         let mut threads = Vec::with_capacity(opts.workers + 1);
         if opts.workers == 0 {
@@ -312,6 +332,9 @@ impl<O: Send + 'static> DataLoader<O> {
             credits: credit_tx,
             shutdown: Some(shutdown_tx),
             threads,
+            exits: exit_rx,
+            waiting,
+            hungry: hungry_tx,
             pending: BTreeMap::new(),
             next_step: opts.start_step,
             ordered: opts.ordered,
@@ -327,8 +350,17 @@ impl<O> DataLoader<O> {
         self.next_step
     }
 
-    /// Stops the pipeline and joins every thread; the same as dropping it.
+    /// Stops the pipeline and waits for its threads, up to [`CLOSE_WAIT`];
+    /// the same as dropping it.
     pub fn close(self) {}
+
+    /// Stops the pipeline and waits up to `limit` for its threads. Returns
+    /// whether every thread ended; a transform still running past the limit
+    /// finishes on its own (its result dropped), holding its batch and the
+    /// stores until then.
+    pub fn close_within(mut self, limit: Duration) -> bool {
+        self.stop_within(limit)
+    }
 
     fn deliver(&mut self, step: u64, item: Result<O>) -> Option<Result<Step<O>>> {
         self.next_step += 1;
@@ -345,16 +377,31 @@ impl<O> DataLoader<O> {
     }
 
     fn stop(&mut self) {
+        self.stop_within(CLOSE_WAIT);
+    }
+
+    fn stop_within(&mut self, limit: Duration) -> bool {
         // Disconnecting these wakes every thread wherever it waits: the
         // producer on credits, the pool or the work queue (shutdown), the
         // workers on the work queue (shutdown) or on a full output queue
-        // (its receiver is gone).
+        // (its receiver is gone). Only a transform that does not return
+        // keeps its thread.
         self.shutdown.take();
         self.out.take();
         self.pending.clear();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+        let deadline = Instant::now() + limit;
+        let mut running = self.threads.len();
+        while running > 0 && self.exits.recv_deadline(deadline).is_ok() {
+            running -= 1;
         }
+        for t in self.threads.drain(..) {
+            // A thread whose guard has reported is ending: join it. One
+            // still in its transform is detached instead of blocking here.
+            if running == 0 || t.is_finished() {
+                let _ = t.join();
+            }
+        }
+        running == 0
     }
 }
 
@@ -373,18 +420,34 @@ impl<O> Iterator for DataLoader<O> {
                 let step = self.next_step;
                 return self.deliver(step, item);
             }
-            let received = self.out.as_ref()?.recv();
+            let out = self.out.as_ref()?;
+            let received = match out.try_recv() {
+                Ok(item) => Some(item),
+                Err(TryRecvError::Disconnected) => None,
+                Err(TryRecvError::Empty) => {
+                    // About to block: if the producer waits for a batch slot
+                    // meanwhile, they are all in the batches this consumer
+                    // keeps, and it makes a new one.
+                    self.waiting.store(true, Ordering::Release);
+                    let _ = self.hungry.try_send(());
+                    let r = out.recv().ok();
+                    self.waiting.store(false, Ordering::Release);
+                    r
+                }
+            };
             match received {
-                Ok((step, item)) if !self.ordered => return self.deliver(step, item),
-                Ok((step, item)) => {
+                Some((step, item)) if !self.ordered => return self.deliver(step, item),
+                Some((step, item)) => {
                     self.pending.insert(step, item);
                 }
-                Err(_) => {
-                    // Every thread is gone without reporting an error (only
-                    // possible if one died outside the transform).
+                None => {
+                    // Every thread is gone without reporting an error: one
+                    // died outside the transform (a panic in a gather).
                     self.failed = true;
                     self.stop();
-                    return None;
+                    return Some(Err(Error::PipelineDied {
+                        step: self.next_step,
+                    }));
                 }
             }
         }
@@ -406,9 +469,45 @@ struct Producer {
     free: Receiver<()>,
     credits: Receiver<()>,
     shutdown: Receiver<()>,
+    /// The consumer blocks in `next()` (with `hungry` as its wake-up).
+    waiting: Arc<AtomicBool>,
+    hungry: Receiver<()>,
+}
+
+/// Reports its thread's end when dropped, unwinding included.
+struct ExitGuard(Sender<()>);
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
 }
 
 impl Producer {
+    /// A free batch slot, or a new one when the consumer blocks waiting for
+    /// a batch while none is free: every slot is then in a batch it keeps
+    /// (with credits in hand, the pipeline holds fewer than the pool made),
+    /// so waiting would stall for good. `None` on shutdown.
+    fn slot(&self) -> Option<Slot> {
+        loop {
+            select! {
+                recv(self.free) -> t => {
+                    t.ok()?;
+                    // Every token stands for a slot on the stack.
+                    return self.pool.take();
+                },
+                recv(self.shutdown) -> _ => return None,
+                recv(self.hungry) -> h => {
+                    h.ok()?;
+                    if self.waiting.load(Ordering::Acquire) {
+                        return Some(Slot::new());
+                    }
+                    // A stale wake-up: the consumer got a batch since.
+                },
+            }
+        }
+    }
+
     /// Produces batches from `self.step` on until `emit` returns false, a
     /// gather fails (after emitting the error) or the loader shuts down.
     fn run(mut self, mut emit: impl FnMut(u64, Result<Batch>) -> bool) {
@@ -418,21 +517,7 @@ impl Producer {
                 recv(self.credits) -> c => if c.is_err() { return },
                 recv(self.shutdown) -> _ => return,
             }
-            // A freed slot, else (after a short wait: a consumer dropping its
-            // last batch returns one at once) a new one, since the consumer
-            // may be keeping every batch it took.
-            let mut slot = select! {
-                recv(self.free) -> t => match t {
-                    Ok(()) => match self.pool.take() {
-                        Some(slot) => slot,
-                        // Unreachable: every token stands for a slot on the stack.
-                        None => return,
-                    },
-                    Err(_) => return,
-                },
-                recv(self.shutdown) -> _ => return,
-                default(SLOT_WAIT) => Slot::new(),
-            };
+            let Some(mut slot) = self.slot() else { return };
             let step = self.step;
             let item = match self.sampler.batch_at(step, &mut indices) {
                 Ok(len) => slot.fill(&self.layout, &indices[..len], step),
@@ -489,6 +574,34 @@ fn worker<O>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_gone_without_an_error_end_the_loader_with_one() {
+        // What a panic outside the transform leaves: every sender dropped.
+        let (out_tx, out_rx) = bounded::<Item<u8>>(1);
+        let (credits, _credit_rx) = bounded::<()>(4);
+        let (exit_tx, exits) = unbounded::<()>();
+        let (hungry, _hungry_rx) = bounded::<()>(1);
+        drop((out_tx, exit_tx));
+        let mut loader = DataLoader {
+            out: Some(out_rx),
+            credits,
+            shutdown: None,
+            threads: Vec::new(),
+            exits,
+            waiting: Arc::new(AtomicBool::new(false)),
+            hungry,
+            pending: BTreeMap::new(),
+            next_step: 5,
+            ordered: true,
+            failed: false,
+        };
+        match loader.next() {
+            Some(Err(Error::PipelineDied { step: 5 })) => {}
+            other => panic!("expected PipelineDied, got {other:?}"),
+        }
+        assert!(loader.next().is_none());
+    }
 
     #[test]
     fn shard_from_env_prefers_loaderx_then_torchrun_variables() {

@@ -347,7 +347,8 @@ fn read_only_handles_feed_several_loaders_at_once() {
 #[test]
 fn a_consumer_may_keep_every_batch_it_took() {
     // An identity loader's items are the pool's batch slots: collecting more
-    // than the pool held used to stall the producer for good.
+    // than the pool held used to stall the producer for good, then (with a
+    // 50 ms wait per new slot) for 50 s over these 1000 batches.
     for workers in [0, 4] {
         let dir = tempfile::tempdir().unwrap();
         let streams = fixture(dir.path());
@@ -358,11 +359,11 @@ fn a_consumer_may_keep_every_batch_it_took() {
                 ..opts(workers, Mode::Cyclic)
             };
             let loader = DataLoader::new(streams, o).unwrap();
-            let kept: Vec<_> = loader.take(25).map(|s| s.unwrap()).collect();
+            let kept: Vec<_> = loader.take(1000).map(|s| s.unwrap()).collect();
             done_tx.send(kept).unwrap();
         });
         let kept = done_rx
-            .recv_timeout(Duration::from_secs(60))
+            .recv_timeout(Duration::from_secs(30))
             .expect("the loader stalled while the consumer kept its batches");
         for (k, s) in kept.iter().enumerate() {
             assert_eq!(s.step, k as u64);
@@ -404,4 +405,32 @@ fn counts_that_could_only_end_in_an_abort_are_refused() {
         std::fs::remove_dir_all(dir.path()).unwrap();
         std::fs::create_dir(dir.path()).unwrap();
     }
+}
+
+#[test]
+fn closing_does_not_wait_forever_for_a_blocked_transform() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut loader =
+            DataLoader::with_transform(streams, opts(2, Mode::Iid), move |b: Batch| {
+                if b.step() >= 1 {
+                    // Blocks until the test lets go (after the close).
+                    let _ = release_rx.recv();
+                }
+                Ok::<_, Error>(b.len())
+            })
+            .unwrap();
+        assert_eq!(loader.next().unwrap().unwrap().value, 64);
+        std::thread::sleep(Duration::from_millis(100)); // both workers block
+        let all_ended = loader.close_within(Duration::from_millis(200));
+        done_tx.send(all_ended).unwrap();
+    });
+    let all_ended = done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("closing waited for the blocked transforms");
+    assert!(!all_ended, "two transforms were still blocked");
+    drop(release_tx); // the detached workers finish and end
 }
