@@ -23,6 +23,8 @@ pub(crate) struct Layout {
 pub(crate) struct Pool {
     pub(crate) stack: Mutex<Vec<Slot>>,
     pub(crate) tokens: Sender<()>,
+    /// Slots made since the loader started (its pool's first ones included).
+    pub(crate) made: std::sync::atomic::AtomicUsize,
 }
 
 impl Pool {

@@ -138,6 +138,8 @@ pub struct DataLoader<O> {
     /// producer then (see `Producer::slot`).
     waiting: Arc<AtomicBool>,
     hungry: Sender<()>,
+    /// The batch pool, for [`DataLoader::slots_made`].
+    slots: Arc<Pool>,
     pending: BTreeMap<u64, Result<O>>,
     next_step: u64,
     ordered: bool,
@@ -243,6 +245,7 @@ impl<O: Send + 'static> DataLoader<O> {
         let pool = Arc::new(Pool {
             stack: Mutex::new(Vec::with_capacity(window)),
             tokens: token_tx,
+            made: std::sync::atomic::AtomicUsize::new(window),
         });
         for _ in 0..window {
             pool.put(Slot::new());
@@ -288,6 +291,7 @@ impl<O: Send + 'static> DataLoader<O> {
             waiting: Arc::clone(&waiting),
             hungry: hungry_rx,
         };
+        let slots = Arc::clone(&producer.pool);
         let mut threads = Vec::with_capacity(opts.workers + 1);
         if opts.workers == 0 {
             threads.push(spawn(
@@ -335,6 +339,7 @@ impl<O: Send + 'static> DataLoader<O> {
             exits: exit_rx,
             waiting,
             hungry: hungry_tx,
+            slots,
             pending: BTreeMap::new(),
             next_step: opts.start_step,
             ordered: opts.ordered,
@@ -348,6 +353,15 @@ impl<O> DataLoader<O> {
     /// mode: the start step plus the items delivered so far).
     pub fn step(&self) -> u64 {
         self.next_step
+    }
+
+    /// Batch buffers made so far: `prefetch + workers + 1` at the start, one
+    /// more for each batch the consumer kept while it waited for the next
+    /// (a test hook: the pool must not grow for a consumer that drops its
+    /// batches).
+    #[doc(hidden)]
+    pub fn slots_made(&self) -> usize {
+        self.slots.made.load(Ordering::Relaxed)
     }
 
     /// Stops the pipeline and waits for its threads, up to [`CLOSE_WAIT`];
@@ -499,7 +513,13 @@ impl Producer {
                 recv(self.shutdown) -> _ => return None,
                 recv(self.hungry) -> h => {
                     h.ok()?;
+                    // `select!` picks among ready channels at random: a free
+                    // slot that is ready too goes first.
+                    if self.free.try_recv().is_ok() {
+                        return self.pool.take();
+                    }
                     if self.waiting.load(Ordering::Acquire) {
+                        self.pool.made.fetch_add(1, Ordering::Relaxed);
                         return Some(Slot::new());
                     }
                     // A stale wake-up: the consumer got a batch since.
@@ -591,6 +611,11 @@ mod tests {
             exits,
             waiting: Arc::new(AtomicBool::new(false)),
             hungry,
+            slots: Arc::new(Pool {
+                stack: Mutex::new(Vec::new()),
+                tokens: unbounded().0,
+                made: std::sync::atomic::AtomicUsize::new(0),
+            }),
             pending: BTreeMap::new(),
             next_step: 5,
             ordered: true,

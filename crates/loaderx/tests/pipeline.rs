@@ -373,6 +373,35 @@ fn a_consumer_may_keep_every_batch_it_took() {
 }
 
 #[test]
+fn a_consumer_that_drops_its_batches_never_grows_the_pool() {
+    // The producer makes a new buffer only when the consumer waits while
+    // every buffer is in a batch it keeps. One that drops each batch (the
+    // usual loop, and every non-identity transform) must never see the pool
+    // grow, however often it waits: new 64 MiB buffers there cost RSS and
+    // page faults (a first version grew it to 50 buffers).
+    for workers in [0, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let streams = fixture(dir.path());
+        let o = LoaderOptions {
+            prefetch: 2,
+            ..opts(workers, Mode::Cyclic)
+        };
+        let window = o.prefetch + o.workers + 1;
+        let mut loader = DataLoader::new(streams, o).unwrap();
+        for k in 0..300u64 {
+            let s = loader.next().unwrap().unwrap();
+            assert_eq!(s.step, k);
+            check_batch(&s.value);
+        }
+        assert_eq!(loader.slots_made(), window, "workers {workers}");
+        // While one keeping the batches grows it by what it keeps.
+        let kept: Vec<_> = (&mut loader).take(40).map(|s| s.unwrap()).collect();
+        assert!(loader.slots_made() >= 40, "{}", loader.slots_made());
+        drop(kept);
+    }
+}
+
+#[test]
 fn counts_that_could_only_end_in_an_abort_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     for o in [
