@@ -18,7 +18,7 @@ use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension, IxDyn};
 use zrecord_engine::typed_header::Kind;
 use zrecord_engine::{Codec, CreateOptions, Durability, Engine, Stats, VerifyReport};
 
-use crate::dtype::{DType, Element, encode_identity_ragged};
+use crate::dtype::{DType, Element, check_storable, encode_identity_ragged};
 use crate::error::{Error, Result};
 use crate::index::{Indices, resolve};
 use crate::store::{self, OpenOptions};
@@ -120,25 +120,27 @@ impl Packed {
 impl RaggedCore {
     /// Creates a ragged store of `dtype` records in the directory `path`
     /// (created if missing; it must hold no files).
+    ///
+    /// `dtype` is checked and normalised as in
+    /// [`DenseCore::create`](crate::DenseCore::create), so the store reopens
+    /// with a dtype equal to [`dtype`](Self::dtype).
     pub fn create(
         path: impl AsRef<Path>,
         dtype: &DType,
         opts: &CreateOptions,
     ) -> Result<RaggedCore> {
         let path = path.as_ref();
-        if matches!(dtype, DType::Padding(_)) || dtype.itemsize() == 0 {
+        let dtype = check_storable(dtype)?;
+        if dtype.itemsize() == 0 {
             return Err(Error::unsupported(
                 dtype.to_string(),
-                "void or zero-size dtypes cannot be stored",
+                "zero-size dtypes cannot be stored",
             ));
         }
         store::check_create_options(opts)?;
         let engine =
-            store::create_store(path, Kind::Ragged, 0, encode_identity_ragged(dtype), opts)?;
-        Ok(RaggedCore {
-            engine,
-            dtype: dtype.clone(),
-        })
+            store::create_store(path, Kind::Ragged, 0, encode_identity_ragged(&dtype), opts)?;
+        Ok(RaggedCore { engine, dtype })
     }
 
     /// Opens the ragged store at `path`, checking `opts`' dtype and codec
