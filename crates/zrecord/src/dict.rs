@@ -19,7 +19,9 @@
 //! holds at most the budget however the lengths are distributed (unless a
 //! single record is larger: one record is always taken). An iterator of
 //! records has no known length; like loaderx, its records are taken from the
-//! start until the budget is reached.
+//! start until the budget is reached. Sampled records longer than 128 KiB
+//! are handed to zstd cut into 128 KiB blocks (as `zstd --train -B` does), so
+//! a budget that holds only a few long records still trains.
 //!
 //! [`CreateOptions::dictionary`]: zrecord_engine::CreateOptions::dictionary
 
@@ -159,6 +161,32 @@ fn strided(n: u64, k: u64) -> Vec<u64> {
     out
 }
 
+/// Longest sample handed to zstd's trainer; longer records are cut into
+/// blocks of this size, as `zstd --train -B131072` cuts files (128 KiB is
+/// also the size `zstd --train` truncates whole-file samples to).
+const SAMPLE_BLOCK: usize = 128 << 10;
+
+/// Cuts every sample longer than [`SAMPLE_BLOCK`] into consecutive blocks
+/// (the bytes stay where they are; only the boundaries change). A budget
+/// that holds only a few long records would otherwise give zstd fewer
+/// samples than its trainer accepts (it needs about eight), and training
+/// would fail ("Src size is incorrect").
+fn cut_long_samples(sizes: Vec<usize>) -> Vec<usize> {
+    if sizes.iter().all(|&s| s <= SAMPLE_BLOCK) {
+        return sizes;
+    }
+    let mut out = Vec::with_capacity(sizes.len());
+    for s in sizes {
+        let mut rest = s;
+        while rest > SAMPLE_BLOCK {
+            out.push(SAMPLE_BLOCK);
+            rest -= SAMPLE_BLOCK;
+        }
+        out.push(rest);
+    }
+    out
+}
+
 /// Payload lengths of a ragged store's records at `positions`, from the
 /// record table (no I/O, no decoding).
 fn payload_lengths(core: &RaggedCore, positions: &[u64], lens: &mut Vec<u64>) -> Result<()> {
@@ -230,6 +258,7 @@ fn ragged_sample(core: &RaggedCore, tier: DictTier) -> Result<Vec<u64>> {
 /// ```
 pub fn train_dict(source: DictSource<'_>, tier: DictTier) -> Result<Vec<u8>> {
     let (samples, sizes) = pack_samples(source, tier)?;
+    let sizes = cut_long_samples(sizes);
     Ok(zrecord_engine::train_dictionary(
         &samples,
         &sizes,
@@ -403,6 +432,29 @@ mod tests {
         let huge = vec![3u8; tier.sample_budget() + 1];
         s2.append_bytes([huge.as_slice(), huge.as_slice()]).unwrap();
         assert_eq!(ragged_sample(s2.core(), tier).unwrap(), vec![0]);
+    }
+
+    /// A budget that holds only a few long records (4 of 1 MiB for the fast
+    /// tier) still trains: the records are cut into 128 KiB samples.
+    #[test]
+    fn a_few_long_records_are_cut_into_enough_samples_to_train() {
+        use crate::{Codec, CreateOptions};
+        assert_eq!(
+            cut_long_samples(vec![3, SAMPLE_BLOCK, 2 * SAMPLE_BLOCK + 5]),
+            vec![3, SAMPLE_BLOCK, SAMPLE_BLOCK, SAMPLE_BLOCK, 5]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let s = RaggedStore::<u8>::create(dir.path().join("r"), &CreateOptions::new(Codec::Raw))
+            .unwrap();
+        let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+        for _ in 0..8 {
+            s.append_bytes([big.as_slice()]).unwrap();
+        }
+        let tier = DictTier::Fast;
+        let (samples, sizes) = pack_samples(s.core().into(), tier).unwrap();
+        assert!(samples.len() <= tier.sample_budget() && sizes.len() < 8);
+        let dict = train_dict(s.core().into(), tier).unwrap();
+        assert!(!dict.is_empty() && dict.len() <= tier.dict_size());
     }
 
     #[test]
