@@ -17,7 +17,7 @@ use ndarray::{ArrayD, ArrayView, ArrayViewMut, Dimension, IxDyn};
 use zrecord_engine::typed_header::Kind;
 use zrecord_engine::{Codec, CreateOptions, Durability, Engine, Stats, VerifyReport};
 
-use crate::dtype::{DType, Element, encode_identity_dense};
+use crate::dtype::{DType, Element, check_storable, encode_identity_dense};
 use crate::error::{Error, Result};
 use crate::index::{Indices, resolve};
 use crate::store::{self, OpenOptions};
@@ -57,6 +57,12 @@ impl DenseCore {
     ///
     /// A [`Codec::ZstdDict`] store needs `opts.dictionary` (see
     /// [`train_dict`](crate::train_dict)); any other codec refuses one.
+    ///
+    /// `dtype` is checked as [`open`](Self::open) will check it (a
+    /// hand-built dtype with duplicate field names, an unnamed non-padding
+    /// field, a `f3` scalar... is [`Error::UnsupportedDType`] naming the
+    /// field), and one-byte scalars are stored as `|` whatever order they
+    /// carry, so [`dtype`](Self::dtype) here and after a reopen are equal.
     pub fn create(
         path: impl AsRef<Path>,
         dtype: &DType,
@@ -64,19 +70,14 @@ impl DenseCore {
         opts: &CreateOptions,
     ) -> Result<DenseCore> {
         let path = path.as_ref();
-        if matches!(dtype, DType::Padding(_)) {
-            return Err(Error::unsupported(
-                dtype.to_string(),
-                "void dtypes cannot be stored",
-            ));
-        }
-        let record_bytes = record_bytes_of(path, dtype, item_shape)?;
+        let dtype = check_storable(dtype)?;
+        let record_bytes = record_bytes_of(path, &dtype, item_shape)?;
         store::check_create_options(opts)?;
-        let identity = encode_identity_dense(dtype, item_shape);
+        let identity = encode_identity_dense(&dtype, item_shape);
         let engine = store::create_store(path, Kind::Dense, record_bytes as u64, identity, opts)?;
         Ok(DenseCore {
             engine,
-            dtype: dtype.clone(),
+            dtype,
             item_shape: item_shape.to_vec(),
             record_bytes,
         })
@@ -183,7 +184,7 @@ impl DenseCore {
     /// holds): the dtype must equal the store's and the shape must be
     /// `(batch, *item_shape)`; each mismatch is an error naming both.
     pub fn append_array_bytes(&self, dtype: &DType, shape: &[u64], data: &[u8]) -> Result<u64> {
-        if *dtype != self.dtype {
+        if dtype.normalized() != self.dtype {
             return Err(Error::DTypeMismatch {
                 context: format!("the batch appended to {}", self.path().display()),
                 expected: self.dtype.to_string(),

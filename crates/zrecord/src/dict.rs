@@ -14,9 +14,14 @@
 //!
 //! Arrays and stores are sampled with a stride across the whole source
 //! (evenly spaced records, as loaderx does with `linspace`), so the sample
-//! sees the data's beginning, middle and end. An iterator of records has no
-//! known length; like loaderx, its records are taken from the start until
-//! the budget is reached.
+//! sees the data's beginning, middle and end. For a ragged store the sample
+//! is sized from the records' payload lengths in the record table, so it
+//! holds at most the budget however the lengths are distributed (unless a
+//! single record is larger: one record is always taken). An iterator of
+//! records has no known length; like loaderx, its records are taken from the
+//! start until the budget is reached. Sampled records longer than 128 KiB
+//! are handed to zstd cut into 128 KiB blocks (as `zstd --train -B` does), so
+//! a budget that holds only a few long records still trains.
 //!
 //! [`CreateOptions::dictionary`]: zrecord_engine::CreateOptions::dictionary
 
@@ -156,6 +161,84 @@ fn strided(n: u64, k: u64) -> Vec<u64> {
     out
 }
 
+/// Longest sample handed to zstd's trainer; longer records are cut into
+/// blocks of this size, as `zstd --train -B131072` cuts files (128 KiB is
+/// also the size `zstd --train` truncates whole-file samples to).
+const SAMPLE_BLOCK: usize = 128 << 10;
+
+/// Cuts every sample longer than [`SAMPLE_BLOCK`] into consecutive blocks
+/// (the bytes stay where they are; only the boundaries change). A budget
+/// that holds only a few long records would otherwise give zstd fewer
+/// samples than its trainer accepts (it needs about eight), and training
+/// would fail ("Src size is incorrect").
+fn cut_long_samples(sizes: Vec<usize>) -> Vec<usize> {
+    if sizes.iter().all(|&s| s <= SAMPLE_BLOCK) {
+        return sizes;
+    }
+    let mut out = Vec::with_capacity(sizes.len());
+    for s in sizes {
+        let mut rest = s;
+        while rest > SAMPLE_BLOCK {
+            out.push(SAMPLE_BLOCK);
+            rest -= SAMPLE_BLOCK;
+        }
+        out.push(rest);
+    }
+    out
+}
+
+/// Payload lengths of a ragged store's records at `positions`, from the
+/// record table (no I/O, no decoding).
+fn payload_lengths(core: &RaggedCore, positions: &[u64], lens: &mut Vec<u64>) -> Result<()> {
+    let phys: Vec<u64> = positions.iter().map(|&i| 2 * i).collect();
+    lens.clear();
+    lens.resize(phys.len(), 0);
+    core.engine().record_lengths(&phys, lens, None)?;
+    Ok(())
+}
+
+/// The records of a non-empty ragged store to train on: evenly strided
+/// across the store, and no more payload bytes than the tier's budget
+/// whatever the length distribution (unless one record alone exceeds it:
+/// at least one record is always taken, as for dense stores).
+///
+/// Payload lengths are known from the record table, so the sample is sized
+/// before anything is read: first from the exact mean payload length (one
+/// pass over the table, a few table entries at a time), then, if the chosen
+/// records still hold more than the budget (longer than average ones were
+/// hit), the stride is widened until they fit. loaderx estimated the mean
+/// from the first 32 records only, so a store with short records first read
+/// far past the budget.
+fn ragged_sample(core: &RaggedCore, tier: DictTier) -> Result<Vec<u64>> {
+    const TABLE_BATCH: u64 = 1 << 16;
+    let n = core.len();
+    let budget = tier.sample_budget() as u64;
+    let mut lens = Vec::new();
+    let mut total: u64 = 0;
+    let mut positions = Vec::new();
+    for start in (0..n).step_by(TABLE_BATCH as usize) {
+        positions.clear();
+        positions.extend(start..n.min(start + TABLE_BATCH));
+        payload_lengths(core, &positions, &mut lens)?;
+        total = total.saturating_add(lens.iter().sum());
+    }
+    let mean = total.div_ceil(n.max(1)).max(1);
+    let mut k = sample_count(n, mean, tier);
+    loop {
+        let idx = strided(n, k);
+        payload_lengths(core, &idx, &mut lens)?;
+        let taken: u64 = lens.iter().sum();
+        if taken <= budget || idx.len() <= 1 {
+            return Ok(idx);
+        }
+        // Scale the count down by how far over the budget it is, and by at
+        // least 1/16 so the loop ends after a few dozen rounds whatever the
+        // lengths (k only shrinks; at k = 1 the single record is taken).
+        let k_fit = (u128::from(k) * u128::from(budget) / u128::from(taken)) as u64;
+        k = k_fit.min(k - (k / 16).max(1)).max(1);
+    }
+}
+
 /// Trains a zstd dictionary of at most `tier.dict_size()` bytes on a sample
 /// of `source` sized by the tier's budget.
 ///
@@ -175,6 +258,7 @@ fn strided(n: u64, k: u64) -> Vec<u64> {
 /// ```
 pub fn train_dict(source: DictSource<'_>, tier: DictTier) -> Result<Vec<u8>> {
     let (samples, sizes) = pack_samples(source, tier)?;
+    let sizes = cut_long_samples(sizes);
     Ok(zrecord_engine::train_dictionary(
         &samples,
         &sizes,
@@ -225,13 +309,7 @@ fn pack_samples(source: DictSource<'_>, tier: DictTier) -> Result<(Vec<u8>, Vec<
                     "cannot train a zstd dictionary on an empty store",
                 ));
             }
-            // Mean payload size of the first (up to) 32 records, from the
-            // record table (no decoding), as loaderx estimates it.
-            let head: Vec<u64> = (0..n.min(32)).map(|i| 2 * i).collect();
-            let mut lens = vec![0u64; head.len()];
-            core.engine().record_lengths(&head, &mut lens, None)?;
-            let mean = lens.iter().sum::<u64>() / lens.len() as u64;
-            let idx = strided(n, sample_count(n, mean.max(1), tier));
+            let idx = ragged_sample(core, tier)?;
             let mut batch = RaggedBatch::new();
             core.gather_into(&idx, &mut batch)?;
             let sizes = batch.offsets().windows(2).map(|w| w[1] - w[0]).collect();
@@ -279,6 +357,104 @@ mod tests {
         assert_eq!(sample_count(100, 1024, DictTier::Fast), 100);
         assert_eq!(sample_count(100, 1 << 30, DictTier::Max), 1);
         assert_eq!(sample_count(10, 0, DictTier::Balanced), 10);
+    }
+
+    /// Regression: the sample size came from the mean length of the first
+    /// 32 records, so short records followed by long ones read the whole
+    /// store (here 12 MiB, and 899 MiB in the audit's case) for a 4 MiB tier.
+    #[test]
+    fn ragged_sample_stays_within_the_budget_when_long_records_come_last() {
+        use crate::{Codec, CreateOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let s = RaggedStore::<u8>::create(dir.path().join("r"), &CreateOptions::new(Codec::Raw))
+            .unwrap();
+        let small: Vec<Vec<u8>> = (0..32).map(|i| vec![i as u8; 8]).collect();
+        s.append_bytes(small.iter().map(|v| v.as_slice())).unwrap();
+        let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+        for _ in 0..12 {
+            s.append_bytes([big.as_slice()]).unwrap();
+        }
+        let tier = DictTier::Fast;
+        let (samples, sizes) = pack_samples(s.core().into(), tier).unwrap();
+        assert!(
+            samples.len() <= tier.sample_budget(),
+            "sampled {} bytes for a {}-byte budget",
+            samples.len(),
+            tier.sample_budget()
+        );
+        assert_eq!(sizes.iter().sum::<usize>(), samples.len());
+        // Still strided across the whole store: first and last records in,
+        // small and long records both represented.
+        let idx = ragged_sample(s.core(), tier).unwrap();
+        assert_eq!(idx.first(), Some(&0));
+        assert_eq!(idx.last(), Some(&(s.len() - 1)));
+        assert!(
+            sizes.contains(&8) && sizes.contains(&(1 << 20)),
+            "{sizes:?}"
+        );
+        // The dictionary trains on that sample.
+        assert!(!train_dict(s.core().into(), tier).unwrap().is_empty());
+    }
+
+    #[test]
+    fn ragged_sample_thins_a_stride_that_hits_long_records() {
+        use crate::{Codec, CreateOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let s = RaggedStore::<u8>::create(dir.path().join("r"), &CreateOptions::new(Codec::Raw))
+            .unwrap();
+        // Long records exactly where the stride sized from the exact mean
+        // lands (every other record of 200), one byte elsewhere: the mean
+        // says 100 records fit 4 MiB, but those 100 hold 8 MiB.
+        let tier = DictTier::Fast;
+        let (n, long_len) = (200u64, 83_884usize);
+        let hit = strided(n, 100);
+        let long = vec![7u8; long_len];
+        let records: Vec<&[u8]> = (0..n)
+            .map(|i| {
+                if hit.contains(&i) {
+                    long.as_slice()
+                } else {
+                    &[1u8][..]
+                }
+            })
+            .collect();
+        s.append_bytes(records).unwrap();
+        let total = hit.len() as u64 * long_len as u64 + (n - hit.len() as u64);
+        assert_eq!(strided(n, sample_count(n, total.div_ceil(n), tier)), hit);
+        let idx = ragged_sample(s.core(), tier).unwrap();
+        let mut lens = Vec::new();
+        payload_lengths(s.core(), &idx, &mut lens).unwrap();
+        assert!(lens.iter().sum::<u64>() <= tier.sample_budget() as u64);
+        assert!(idx.len() > 1 && idx[0] == 0 && *idx.last().unwrap() == n - 1);
+        // One record larger than the budget: it alone is the sample.
+        let s2 = RaggedStore::<u8>::create(dir.path().join("one"), &CreateOptions::new(Codec::Raw))
+            .unwrap();
+        let huge = vec![3u8; tier.sample_budget() + 1];
+        s2.append_bytes([huge.as_slice(), huge.as_slice()]).unwrap();
+        assert_eq!(ragged_sample(s2.core(), tier).unwrap(), vec![0]);
+    }
+
+    /// A budget that holds only a few long records (4 of 1 MiB for the fast
+    /// tier) still trains: the records are cut into 128 KiB samples.
+    #[test]
+    fn a_few_long_records_are_cut_into_enough_samples_to_train() {
+        use crate::{Codec, CreateOptions};
+        assert_eq!(
+            cut_long_samples(vec![3, SAMPLE_BLOCK, 2 * SAMPLE_BLOCK + 5]),
+            vec![3, SAMPLE_BLOCK, SAMPLE_BLOCK, SAMPLE_BLOCK, 5]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let s = RaggedStore::<u8>::create(dir.path().join("r"), &CreateOptions::new(Codec::Raw))
+            .unwrap();
+        let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+        for _ in 0..8 {
+            s.append_bytes([big.as_slice()]).unwrap();
+        }
+        let tier = DictTier::Fast;
+        let (samples, sizes) = pack_samples(s.core().into(), tier).unwrap();
+        assert!(samples.len() <= tier.sample_budget() && sizes.len() < 8);
+        let dict = train_dict(s.core().into(), tier).unwrap();
+        assert!(!dict.is_empty() && dict.len() <= tier.dict_size());
     }
 
     #[test]

@@ -444,6 +444,39 @@ impl DType {
         Ok(Field { name, dtype, shape })
     }
 
+    /// The same dtype with every scalar's byte order in the one form
+    /// [`DType::parse`] and [`decode_identity`] produce: `|` for one-byte
+    /// scalars, the host's order for a multi-byte scalar marked `|` (as
+    /// [`DType::scalar`] does). A hand-built `Scalar { size: 1, order: Little }`
+    /// prints as `<i1` but reads back as `|i1`; normalising first keeps a
+    /// stored dtype equal to itself across a reopen.
+    pub(crate) fn normalized(&self) -> DType {
+        match self {
+            DType::Scalar { kind, size, order } => DType::Scalar {
+                kind: *kind,
+                size: *size,
+                order: if *size == 1 {
+                    ByteOrder::NotApplicable
+                } else if *order == ByteOrder::NotApplicable {
+                    ByteOrder::NATIVE
+                } else {
+                    *order
+                },
+            },
+            DType::Padding(n) => DType::Padding(*n),
+            DType::Structured(fields) => DType::Structured(
+                fields
+                    .iter()
+                    .map(|f| Field {
+                        name: f.name.clone(),
+                        dtype: f.dtype.normalized(),
+                        shape: f.shape.clone(),
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
     /// Converts `data` (a whole number of items of this dtype) in place from
     /// this dtype's byte order to the host's. A no-op for native dtypes.
     pub fn swap_to_native(&self, data: &mut [u8]) {
@@ -792,6 +825,124 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity> {
         }
     };
     Ok(Identity { dtype, item_shape })
+}
+
+/// Checks that a caller's `dtype` can be stored and returns it normalised
+/// (see [`DType::normalized`]): what a store persists must decode back, with
+/// the code [`decode_identity`] runs at open, to the very same dtype, or the
+/// store would be written but never reopen.
+///
+/// Refused, with the offending field named by its path (`"outer"."inner"`,
+/// `#2` for an unnamed field at position 2): a top-level padding dtype, a
+/// scalar size its kind does not have (`f3`), a structured dtype without
+/// fields or nested deeper than [`MAX_NESTING`], an unnamed field that is not
+/// padding, a named or shaped padding field, padding of 0 bytes, duplicate
+/// field names, subarray dims or an item size past [`MAX_ITEMSIZE`]. The
+/// normalised dtype is then encoded and decoded exactly as open does and must
+/// come back equal, so create and open cannot disagree.
+pub(crate) fn check_storable(dtype: &DType) -> Result<DType> {
+    let dt = dtype.normalized();
+    let refuse = |reason: String| Error::unsupported(dt.to_lit().render(), reason);
+    if let DType::Padding(_) = dt {
+        return Err(refuse("void dtypes cannot be stored".into()));
+    }
+    check_fields(&dt, &mut Vec::new(), 0).map_err(refuse)?;
+    if dt.itemsize() as u64 > MAX_ITEMSIZE {
+        return Err(refuse(format!("item size exceeds {MAX_ITEMSIZE} bytes")));
+    }
+    match decode_identity(&encode_identity_ragged(&dt)) {
+        Ok(id) if id.dtype == dt => Ok(dt),
+        Ok(id) => Err(refuse(format!(
+            "it would be stored as {} and reopen as {}",
+            dt, id.dtype
+        ))),
+        Err(e) => Err(refuse(format!("it would be stored but not reopen: {e}"))),
+    }
+}
+
+/// The structural rules of [`DType::from_lit_depth`] and
+/// [`DType::field_from_lit`], walked over a built dtype; `path` names the
+/// field being checked, `depth` counts enclosing structured dtypes as the
+/// decoder does.
+fn check_fields(
+    dt: &DType,
+    path: &mut Vec<String>,
+    depth: usize,
+) -> std::result::Result<(), String> {
+    let at = |path: &[String]| {
+        if path.is_empty() {
+            String::from("the dtype")
+        } else {
+            format!("field {}", path.join("."))
+        }
+    };
+    match dt {
+        DType::Scalar { kind, size, .. } => {
+            if kind.valid_size(*size) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{}: {} is not a dtype (no such size for this kind)",
+                    at(path),
+                    dt.to_numpy_str()
+                ))
+            }
+        }
+        // Only reached for a field; its rules are checked by the parent.
+        DType::Padding(_) => Ok(()),
+        DType::Structured(fields) => {
+            if depth >= MAX_NESTING {
+                return Err(format!(
+                    "{}: structured dtype nested deeper than {MAX_NESTING}",
+                    at(path)
+                ));
+            }
+            if fields.is_empty() {
+                return Err(format!("{}: structured dtype without fields", at(path)));
+            }
+            let mut names = HashSet::new();
+            for (pos, f) in fields.iter().enumerate() {
+                path.push(if f.name.is_empty() {
+                    format!("#{pos}")
+                } else {
+                    format!("{:?}", f.name)
+                });
+                let here = at(path);
+                if let Some(&d) = f.shape.iter().find(|&&d| d as u64 > MAX_ITEMSIZE) {
+                    return Err(format!("{here}: subarray dim {d} exceeds {MAX_ITEMSIZE}"));
+                }
+                match &f.dtype {
+                    DType::Padding(n) => {
+                        if !f.name.is_empty() {
+                            return Err(format!(
+                                "{here}: padding (|V{n}) must be unnamed; a named void field cannot be stored"
+                            ));
+                        }
+                        if !f.shape.is_empty() {
+                            return Err(format!("{here}: padding cannot have a subarray shape"));
+                        }
+                        if *n == 0 || *n as u64 > MAX_ITEMSIZE {
+                            return Err(format!("{here}: bad padding size {n}"));
+                        }
+                    }
+                    inner => {
+                        if f.name.is_empty() {
+                            return Err(format!(
+                                "{here}: only padding fields may be unnamed, this one is {}",
+                                inner.to_numpy_str()
+                            ));
+                        }
+                        if !names.insert(f.name.as_str()) {
+                            return Err(format!("{here}: duplicate field name"));
+                        }
+                        check_fields(inner, path, depth + 1)?;
+                    }
+                }
+                path.pop();
+            }
+            Ok(())
+        }
+    }
 }
 
 /// A Rust type whose values are stored as one fixed dtype, in native order.

@@ -209,6 +209,19 @@ pub enum Error {
         position: usize,
     },
 
+    /// A ragged record has more dimensions than the format allows
+    /// ([`MAX_RANK`](crate::ragged::MAX_RANK), NumPy's limit of 64).
+    #[error(
+        "record {position} of the batch has rank {rank}; ragged records have at most {} dimensions (NumPy's limit)",
+        crate::ragged::MAX_RANK
+    )]
+    RankTooHigh {
+        /// Position of the record in the appended batch.
+        position: usize,
+        /// The record's rank (number of dimensions).
+        rank: usize,
+    },
+
     /// A ragged record's payload length disagrees with its shape.
     #[error(
         "record {position} of the batch: shape {shape:?} of {itemsize}-byte items needs {expected:?} bytes (None: overflow), payload has {found}"

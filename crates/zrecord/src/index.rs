@@ -24,6 +24,10 @@ use crate::error::{Error, Result};
 pub enum Indices<'a> {
     /// One record.
     One(i64),
+    /// One record by unsigned position (what `From<u64>`, `From<usize>` and
+    /// `From<u32>` give); never wraps. Kept unsigned so an out-of-range
+    /// error names the very value passed, even past `i64::MAX`.
+    Position(u64),
     /// A Python slice `start:stop:step`. Bounds are clamped to the length
     /// (never an error); `step` must not be zero.
     Range {
@@ -56,7 +60,7 @@ impl Indices<'_> {
 
     /// Whether the form names one record (a scalar index) rather than a set.
     pub fn is_one(&self) -> bool {
-        matches!(self, Indices::One(_))
+        matches!(self, Indices::One(_) | Indices::Position(_))
     }
 }
 
@@ -68,6 +72,15 @@ impl Indices<'_> {
 pub fn resolve(idx: &Indices<'_>, len: u64) -> Result<Vec<u64>> {
     match idx {
         Indices::One(i) => Ok(vec![wrap(*i, len)?]),
+        Indices::Position(p) => {
+            if *p >= len {
+                return Err(Error::IndexOutOfRange {
+                    index: i128::from(*p),
+                    len,
+                });
+            }
+            Ok(vec![*p])
+        }
         Indices::List(list) => list.iter().map(|&i| wrap(i, len)).collect(),
         Indices::Positions(pos) => {
             if let Some(&bad) = pos.iter().find(|&&p| p >= len) {
@@ -150,15 +163,32 @@ fn slice_indices(start: Option<i64>, stop: Option<i64>, step: i64, len: u64) -> 
     Ok((0..count).map(|k| (start + k * step) as u64).collect())
 }
 
-macro_rules! from_int {
+macro_rules! from_signed {
     ($($t:ty),*) => {$(
         impl From<$t> for Indices<'static> {
             fn from(i: $t) -> Self {
-                // Values past i64::MAX cannot name a record of any store;
-                // saturate so they resolve to an out-of-range error.
-                Indices::One(i64::try_from(i).unwrap_or(i64::MAX))
+                Indices::One(i64::from(i))
             }
         }
+    )*};
+}
+
+macro_rules! from_unsigned {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Indices<'static> {
+            fn from(i: $t) -> Self {
+                // Lossless (usize is at most 64 bits on every target Rust
+                // supports), so an error names the value as passed.
+                Indices::Position(i as u64)
+            }
+        }
+    )*};
+}
+
+// Range bounds past i64::MAX saturate: a slice clamps them to the length
+// anyway, so no error can name them.
+macro_rules! from_int_ranges {
+    ($($t:ty),*) => {$(
         impl From<Range<$t>> for Indices<'static> {
             fn from(r: Range<$t>) -> Self {
                 Indices::range(Some(sat(r.start)), Some(sat(r.end)), 1)
@@ -190,7 +220,9 @@ fn sat<T: TryInto<i64>>(v: T) -> i64 {
     v.try_into().unwrap_or(i64::MAX)
 }
 
-from_int!(i32, i64, u32, u64, usize);
+from_signed!(i32, i64);
+from_unsigned!(u32, u64, usize);
+from_int_ranges!(i32, i64, u32, u64, usize);
 
 impl From<RangeFull> for Indices<'static> {
     fn from(_: RangeFull) -> Self {
@@ -341,7 +373,31 @@ mod tests {
             }
         }
         assert!(resolve(&Indices::One(0), 0).is_err());
-        assert!(resolve(&Indices::from(u64::MAX), 3).is_err());
+    }
+
+    /// Regression: `From<u64>` saturated to `i64::MAX`, so
+    /// `gather(u64::MAX)` said "index 9223372036854775807 is out of range",
+    /// a number the caller never passed.
+    #[test]
+    fn unsigned_scalars_are_named_as_passed_when_out_of_range() {
+        for (idx, want) in [
+            (Indices::from(u64::MAX), i128::from(u64::MAX)),
+            (Indices::from(1u64 << 63), 1i128 << 63),
+            (Indices::from(usize::MAX), usize::MAX as i128),
+            (Indices::from(u32::MAX), i128::from(u32::MAX)),
+            (Indices::from(3u64), 3),
+        ] {
+            assert!(idx.is_one());
+            match resolve(&idx, 3) {
+                Err(e @ Error::IndexOutOfRange { .. }) => {
+                    assert!(matches!(e, Error::IndexOutOfRange { index, len: 3 } if index == want));
+                    assert!(e.to_string().contains(&want.to_string()), "{e}");
+                }
+                other => panic!("{idx:?}: {other:?}"),
+            }
+        }
+        assert_eq!(resolve(&Indices::from(2u64), 3).unwrap(), vec![2]);
+        assert_eq!(resolve(&Indices::from(0usize), 1).unwrap(), vec![0]);
     }
 
     #[test]

@@ -794,8 +794,14 @@ pub fn read_prefix<T: Element>(
             operation: "prefix read",
         });
     }
-    let per_row: u64 = rest.iter().map(|&d| d as u64).product();
-    let count = per_row * rows as u64; // ≤ element_count, checked at parse
+    // With rows > 0 the file has rows, and lead * per_row was checked at
+    // parse; with no rows the trailing dims may overflow, but count is 0.
+    let per_row = rest.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+    let count = match (rows, per_row) {
+        (0, _) => 0,
+        (_, Some(p)) => p * rows as u64, // ≤ element_count, checked at parse
+        (_, None) => return Err(mismatch()),
+    };
     let bytes = count * h.dtype.itemsize() as u64;
     check_payload_present(path, &h, bytes, len)?;
     let mut v: Vec<T> = bytemuck::zeroed_vec(count as usize);
@@ -826,6 +832,13 @@ pub fn block_tasks(p: Parallelism, blocks: usize, payload_bytes: u64) -> usize {
 /// of the trailing shape), decoded by up to [`block_tasks`] tasks. The result
 /// does not depend on the task count. Fortran-order and 0-d arrays are
 /// rejected before the payload is read.
+///
+/// A zero-width array (a trailing dimension is 0, e.g. shape `(n, 0)`) is
+/// refused with [`Error::ShapeMismatch`] when `n > 0`: its rows hold no
+/// bytes, so the `n` empty arrays a block read returns would be work and
+/// memory that a few-byte file declares but nothing in it backs (a 128-byte
+/// header can claim `n` = 10^12). [`read`] loads such a file as the one empty
+/// array NumPy gives. An array with no rows (`(0, ...)`) gives no blocks.
 pub fn read_blocks<T: Element>(
     path: impl AsRef<Path>,
     parallelism: Parallelism,
@@ -848,7 +861,23 @@ pub fn read_blocks<T: Element>(
         });
     }
     check_payload_present(path, &h, h.payload_bytes, len)?;
+    if lead == 0 {
+        // No rows. (The trailing dims' product is unchecked here: the
+        // header's element count is 0 whatever they are.)
+        return Ok(Vec::new());
+    }
+    // Checked at parse: lead * per_block elements of the dtype fit in u64,
+    // and lead > 0, so neither product overflows.
     let per_block: usize = rest.iter().product();
+    if per_block == 0 {
+        return Err(Error::ShapeMismatch {
+            context: path.display().to_string(),
+            expected: "rows of at least one element for a block read (a zero-width array \
+                       has no row payload; read it whole with npy::read)"
+                .into(),
+            found: h.shape.iter().map(|&d| d as u64).collect(),
+        });
+    }
     let block_bytes = (per_block * h.dtype.itemsize()) as u64;
     let tasks = block_tasks(parallelism, lead, h.payload_bytes);
     let per_task = lead.div_ceil(tasks);

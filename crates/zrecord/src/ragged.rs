@@ -18,13 +18,19 @@ use ndarray::{ArrayD, ArrayView, ArrayViewD, Dimension, IxDyn};
 use zrecord_engine::typed_header::Kind;
 use zrecord_engine::{Codec, CreateOptions, Durability, Engine, Stats, VerifyReport};
 
-use crate::dtype::{DType, Element, encode_identity_ragged};
+use crate::dtype::{DType, Element, check_storable, encode_identity_ragged};
 use crate::error::{Error, Result};
 use crate::index::{Indices, resolve};
 use crate::store::{self, OpenOptions};
 
 /// Largest record the format holds (2^31 bytes).
 const MAX_RECORD_BYTES: usize = 1 << 31;
+
+/// Most dimensions a ragged record may have: NumPy's limit (`NPY_MAXDIMS`
+/// is 64), so every record can be handed to NumPy. Appends refuse more, and
+/// [`RaggedCore::verify`] reports a shape record longer than a rank plus 64
+/// dims as corrupt.
+pub const MAX_RANK: usize = 64;
 
 /// An untyped ragged store: records of one run-time dtype, each with its own
 /// shape, in and out as bytes.
@@ -65,6 +71,13 @@ impl Packed {
     /// its shape; the payload bytes were already pushed by the caller.
     fn finish(&mut self, shape: &[u64], start: usize) -> Result<()> {
         let position = self.len();
+        if shape.len() > MAX_RANK {
+            self.payload.truncate(start);
+            return Err(Error::RankTooHigh {
+                position,
+                rank: shape.len(),
+            });
+        }
         let found = self.payload.len() - start;
         let expected = store::nbytes(shape, self.itemsize);
         if expected != Some(found as u64) {
@@ -120,25 +133,27 @@ impl Packed {
 impl RaggedCore {
     /// Creates a ragged store of `dtype` records in the directory `path`
     /// (created if missing; it must hold no files).
+    ///
+    /// `dtype` is checked and normalised as in
+    /// [`DenseCore::create`](crate::DenseCore::create), so the store reopens
+    /// with a dtype equal to [`dtype`](Self::dtype).
     pub fn create(
         path: impl AsRef<Path>,
         dtype: &DType,
         opts: &CreateOptions,
     ) -> Result<RaggedCore> {
         let path = path.as_ref();
-        if matches!(dtype, DType::Padding(_)) || dtype.itemsize() == 0 {
+        let dtype = check_storable(dtype)?;
+        if dtype.itemsize() == 0 {
             return Err(Error::unsupported(
                 dtype.to_string(),
-                "void or zero-size dtypes cannot be stored",
+                "zero-size dtypes cannot be stored",
             ));
         }
         store::check_create_options(opts)?;
         let engine =
-            store::create_store(path, Kind::Ragged, 0, encode_identity_ragged(dtype), opts)?;
-        Ok(RaggedCore {
-            engine,
-            dtype: dtype.clone(),
-        })
+            store::create_store(path, Kind::Ragged, 0, encode_identity_ragged(&dtype), opts)?;
+        Ok(RaggedCore { engine, dtype })
     }
 
     /// Opens the ragged store at `path`, checking `opts`' dtype and codec
@@ -198,8 +213,9 @@ impl RaggedCore {
 
     /// Appends records given as (shape, payload bytes) in one commit.
     /// Each payload must hold exactly `product(shape) * itemsize` bytes and
-    /// at least one element; the first offending record fails the whole
-    /// append, named by its position. Returns the first new index.
+    /// at least one element, and each shape at most [`MAX_RANK`] dims; the
+    /// first offending record fails the whole append, named by its
+    /// position. Returns the first new index.
     pub fn append_records<'a>(
         &self,
         records: impl IntoIterator<Item = (&'a [u64], &'a [u8])>,
@@ -324,7 +340,8 @@ impl RaggedCore {
     /// Checks the whole store: everything [`Engine::verify`] checks (every
     /// entry inside the frontier, no shared bytes, every frame decodes to
     /// its recorded length) and, for every record, that its shape record is
-    /// a u64 rank plus that many dims and that the shape agrees with the
+    /// a u64 rank plus that many dims (at most [`MAX_RANK`], the limit
+    /// appends enforce) and that the shape agrees with the
     /// payload's length. Reports every bad record by its logical index;
     /// `Err` only when the check itself cannot run.
     pub fn verify(&self) -> Result<VerifyReport> {
@@ -349,10 +366,12 @@ impl RaggedCore {
             self.engine.record_lengths(&phys, &mut lens, None)?;
             for (k, &i) in logical.iter().enumerate() {
                 let (shape_len, payload_len) = (lens[2 * k], lens[2 * k + 1]);
-                if shape_len < 8 || shape_len % 8 != 0 || shape_len > 8 * 65 {
+                if shape_len < 8 || shape_len % 8 != 0 || shape_len > 8 * (MAX_RANK as u64 + 1) {
                     rep.bad.push((
                         i,
-                        format!("shape record of {shape_len} bytes is not a u64 rank plus dims"),
+                        format!(
+                            "shape record of {shape_len} bytes is not a u64 rank plus at most {MAX_RANK} dims"
+                        ),
                     ));
                     continue;
                 }
@@ -600,8 +619,8 @@ impl<T: Element> RaggedStore<T> {
         })
     }
 
-    /// Appends records (any rank, any layout; 0-d arrays are scalars) in
-    /// one commit. Returns the index of the first new record.
+    /// Appends records (any rank up to [`MAX_RANK`], any layout; 0-d arrays
+    /// are scalars) in one commit. Returns the index of the first new record.
     pub fn append<'a, D, I>(&self, records: I) -> Result<u64>
     where
         D: Dimension,

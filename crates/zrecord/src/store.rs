@@ -29,7 +29,8 @@ pub struct OpenOptions {
     /// processes) may hold a store at once; writes are refused, and a
     /// read-write handle is refused while any is open.
     pub read_only: bool,
-    /// The dtype the store must hold.
+    /// The dtype the store must hold (one-byte scalars compare whatever
+    /// byte order they carry, as create stores them all as `|`).
     pub dtype: Option<DType>,
     /// The item shape a dense store must hold (ignored by ragged stores,
     /// which have none).
@@ -209,8 +210,10 @@ pub(crate) fn open_store(path: &Path, kind: Kind, opts: &OpenOptions) -> Result<
         OpenMode::ReadWrite
     };
     let mut engine = Engine::open(path, mode)?;
+    // Normalised as create stores it: an expected `<i1` means the `|i1` a
+    // create with `<i1` wrote.
     if let Some(want) = &opts.dtype
-        && *want != identity.dtype
+        && want.normalized() != identity.dtype
     {
         return Err(Error::DTypeMismatch {
             context: path.display().to_string(),

@@ -486,3 +486,26 @@ fn creation_refuses_bad_codec_dictionary_pairs_and_widths() {
     assert_eq!(probe(dir.path().join("a")).unwrap(), None);
     assert_eq!(probe(dir.path().join("b")).unwrap(), None);
 }
+
+/// Regression: `gather(u64::MAX)` reported "index 9223372036854775807 is out
+/// of range" (the u64 had been saturated to i64::MAX); the error now names
+/// the index the caller passed.
+#[test]
+fn out_of_range_unsigned_index_is_named_as_passed() {
+    let d = tmp();
+    let s = DenseStore::<i64>::create(d.path().join("a"), &[], &CreateOptions::new(Codec::Raw))
+        .unwrap();
+    s.append(ndarray::Array1::from_iter(0..4i64).view())
+        .unwrap();
+    for (idx, shown) in [(u64::MAX, u64::MAX.to_string()), (4, "4".to_string())] {
+        let e = s.gather(idx).unwrap_err();
+        assert!(
+            matches!(e, Error::IndexOutOfRange { index, len: 4 } if index == i128::from(idx)),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(&format!("index {shown} ")), "{e}");
+    }
+    let e = s.gather(usize::MAX).unwrap_err();
+    assert!(e.to_string().contains(&usize::MAX.to_string()), "{e}");
+    assert_eq!(s.gather(3u64).unwrap().into_raw_vec_and_offset().0, vec![3]);
+}

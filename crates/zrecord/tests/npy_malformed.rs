@@ -216,3 +216,49 @@ proptest! {
         let _ = npy::read_from(&bytes[..]);
     }
 }
+
+fn write_header_only(dir: &std::path::Path, name: &str, shape: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    std::fs::write(&p, with_dict(1, &dict)).unwrap();
+    p
+}
+
+/// Regression: a 128-byte file declaring shape (20000000, 0) made
+/// `read_blocks` build twenty million empty arrays (seconds and GiB of
+/// memory, all declared by the header and backed by nothing). Zero-width
+/// arrays are refused by block reads, read whole as NumPy does, and no-row
+/// arrays with overflowing trailing dims neither panic nor allocate.
+#[test]
+fn zero_width_and_zero_row_arrays_cost_nothing_the_file_does_not_back() {
+    use zrecord::npy::Parallelism;
+    let dir = tempfile::tempdir().unwrap();
+    for shape in ["(20000000, 0)", "(1000000000000, 3, 0)", "(2, 0)"] {
+        let p = write_header_only(dir.path(), "z.npy", shape);
+        for par in [Parallelism::Sequential, Parallelism::Auto] {
+            match npy::read_blocks::<f32>(&p, par) {
+                Err(e @ Error::ShapeMismatch { .. }) => {
+                    assert!(e.to_string().contains("zero-width"), "{e}")
+                }
+                Err(e) => panic!("{shape}: {e}"),
+                Ok(blocks) => panic!("{shape}: {} blocks from a header", blocks.len()),
+            }
+        }
+        let whole: ndarray::ArrayD<f32> = npy::read(&p).unwrap();
+        assert_eq!(whole.len(), 0);
+        assert_eq!(
+            whole.shape()[0] as u64,
+            npy::read_header(&p).unwrap().shape[0] as u64
+        );
+    }
+    for shape in ["(0, 3)", "(0, 1099511627776, 1099511627776)"] {
+        let p = write_header_only(dir.path(), "e.npy", shape);
+        assert!(
+            npy::read_blocks::<f32>(&p, Parallelism::Auto)
+                .unwrap()
+                .is_empty()
+        );
+        // No panic on the overflowing trailing dims, whatever the verdict.
+        let _ = npy::read_prefix::<f32>(&p, 0, None);
+    }
+}

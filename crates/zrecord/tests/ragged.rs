@@ -269,6 +269,43 @@ fn a_shape_that_disagrees_with_its_payload_is_corruption_naming_the_index() {
     }
 }
 
+/// Regression: a rank-65 record was appended and read back, but `verify`
+/// then reported the store's own record as corrupt (its shape record is
+/// longer than a rank plus 64 dims). Appends now refuse what verify refuses.
+#[test]
+fn ranks_past_numpys_64_are_refused_at_append_and_64_verifies_clean() {
+    let d = tmp();
+    let s =
+        RaggedStore::<i32>::create(d.path().join("r"), &CreateOptions::new(Codec::Raw)).unwrap();
+    let ok = ArrayD::<i32>::zeros(IxDyn(&[1usize; zrecord::ragged::MAX_RANK]));
+    let too_deep = ArrayD::<i32>::zeros(IxDyn(&[1usize; 65]));
+    match s.append([ok.view(), too_deep.view()]) {
+        Err(
+            e @ Error::RankTooHigh {
+                position: 1,
+                rank: 65,
+            },
+        ) => {
+            let msg = e.to_string();
+            assert!(msg.contains("record 1") && msg.contains("rank 65"), "{msg}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.len(), 0, "a refused batch appends nothing");
+    let shape = vec![1u64; 65];
+    assert!(matches!(
+        s.core().append_records([(shape.as_slice(), &[0u8; 4][..])]),
+        Err(Error::RankTooHigh {
+            position: 0,
+            rank: 65
+        })
+    ));
+    s.append([ok.view()]).unwrap();
+    assert_eq!(s.get(0).unwrap().ndim(), 64);
+    let rep = s.core().verify().unwrap();
+    assert!(rep.bad.is_empty(), "{rep:?}");
+}
+
 #[test]
 fn core_and_stores_are_send_and_sync() {
     fn check<T: Send + Sync>() {}

@@ -14,6 +14,16 @@ pub enum Error {
     /// `batch_size == 0`.
     #[error("batch_size is 0: a batch must hold at least one index")]
     ZeroBatch,
+    /// `batch_size` exceeds [`MAX_BATCH_SIZE`](crate::MAX_BATCH_SIZE): no
+    /// buffer of that many indices can be a real batch (or, past
+    /// `isize::MAX / 8`, be allocated at all).
+    #[error("batch_size {batch_size} exceeds the maximum of {max} indices per batch")]
+    BatchTooLarge {
+        /// The batch size asked for.
+        batch_size: usize,
+        /// [`MAX_BATCH_SIZE`](crate::MAX_BATCH_SIZE).
+        max: usize,
+    },
     /// `world_size == 0`.
     #[error("world_size is 0: there must be at least one rank")]
     ZeroWorld,

@@ -21,8 +21,9 @@
 //! - [`CounterRng`] — the counter-based generator behind IID mode: word `d`
 //!   is a pure function of `(seed, d)`; implements rand_core's `TryRng`,
 //!   `Rng` and `SeedableRng`.
-//! - [`Error`] — every invalid argument (`n = 0`, `batch_size = 0`,
-//!   `rank >= world_size`, a short buffer) is an error, never a panic.
+//! - [`Error`] — every invalid argument (`n = 0`, `batch_size = 0` or past
+//!   [`MAX_BATCH_SIZE`], `rank >= world_size`, a short buffer) is an error,
+//!   never a panic.
 //!
 //! # Example
 //! ```
@@ -54,4 +55,4 @@ mod sampler;
 pub use counter::CounterRng;
 pub use error::{Error, Result};
 pub use permutation::Permutation;
-pub use sampler::{Mode, Sampler};
+pub use sampler::{MAX_BATCH_SIZE, Mode, Sampler};

@@ -44,6 +44,22 @@ impl From<Mode> for u8 {
     }
 }
 
+/// Largest `batch_size` a [`Sampler`] accepts: 2^32 indices (on 64-bit
+/// targets; `isize::MAX / 8` on narrower ones, the most `u64`s one buffer can
+/// hold there).
+///
+/// A batch is materialised as one buffer of `u64` indices, so 2^32 of them is
+/// already 32 GiB, orders of magnitude past any training batch, while a
+/// larger value is certainly a mistake (e.g. a sentinel or an unsigned
+/// wrap-around): past `isize::MAX / 8` [`Sampler::batch`] could not even
+/// allocate its result and would panic. Refusing it in [`Sampler::new`] makes
+/// the error appear where the value is given.
+pub const MAX_BATCH_SIZE: usize = if usize::BITS >= 64 {
+    (1u64 << 32) as usize
+} else {
+    isize::MAX as usize / 8
+};
+
 /// Batches of indices into `0..n`, each a pure function of
 /// `(mode, n, batch_size, seed, step)` and of the shard `(rank, world_size)`.
 ///
@@ -91,13 +107,20 @@ impl Sampler {
     ///
     /// # Errors
     /// [`Error::EmptyIndexSpace`] if `n == 0`, [`Error::ZeroBatch`] if
-    /// `batch_size == 0`.
+    /// `batch_size == 0`, [`Error::BatchTooLarge`] if `batch_size` exceeds
+    /// [`MAX_BATCH_SIZE`].
     pub fn new(n: u64, batch_size: usize, mode: Mode, seed: u64) -> Result<Sampler> {
         if n == 0 {
             return Err(Error::EmptyIndexSpace);
         }
         if batch_size == 0 {
             return Err(Error::ZeroBatch);
+        }
+        if batch_size > MAX_BATCH_SIZE {
+            return Err(Error::BatchTooLarge {
+                batch_size,
+                max: MAX_BATCH_SIZE,
+            });
         }
         let (global, per_cycle) = match mode {
             Mode::Cyclic if (n as u128) < batch_size as u128 => (n as usize, 0),
@@ -145,6 +168,8 @@ impl Sampler {
                 global: self.global,
             });
         }
+        // No new length is set here: a rank's lanes are a slice of the
+        // global batch, which `new` bounded by MAX_BATCH_SIZE.
         let split = |r: usize| (self.global as u128 * r as u128 / world_size as u128) as usize;
         Ok(Sampler {
             rank,

@@ -3,7 +3,7 @@
 //! order, so a run resumed on a different number of processes continues the
 //! same data stream. Also guards the argument errors (never panics).
 
-use zsampler::{Error, Mode, Sampler};
+use zsampler::{Error, MAX_BATCH_SIZE, Mode, Sampler};
 
 const MODES: [Mode; 3] = [Mode::Sequential, Mode::Iid, Mode::Cyclic];
 
@@ -65,6 +65,34 @@ fn sharded_cursor_keeps_step_and_seeks() {
     assert_eq!(shard.next().unwrap(), s.batch(40)[32..48]);
     shard.seek(3);
     assert_eq!(shard.next().unwrap(), s.batch(3)[32..48]);
+}
+
+/// Regression: `Sampler::new(10, usize::MAX, ..)` succeeded and `batch(0)`
+/// then panicked (capacity overflow). Batch sizes past MAX_BATCH_SIZE are
+/// refused where they are given.
+#[test]
+fn batch_sizes_past_the_maximum_are_errors_not_panics_later() {
+    for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
+        for batch_size in [usize::MAX, usize::MAX / 4, MAX_BATCH_SIZE + 1] {
+            assert_eq!(
+                Sampler::new(10, batch_size, mode, 0).unwrap_err(),
+                Error::BatchTooLarge {
+                    batch_size,
+                    max: MAX_BATCH_SIZE
+                },
+                "{mode:?} {batch_size}"
+            );
+        }
+        // The maximum itself is accepted (nothing is allocated until a batch
+        // is drawn), and so are its shards.
+        let s = Sampler::new(u64::MAX, MAX_BATCH_SIZE, mode, 0).unwrap();
+        let shard = s.sharded(3, 1 << 20).unwrap();
+        assert_eq!(shard.batch_len(), MAX_BATCH_SIZE >> 20);
+    }
+    let msg = Sampler::new(10, usize::MAX, Mode::Iid, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains(&usize::MAX.to_string()), "{msg}");
 }
 
 #[test]
