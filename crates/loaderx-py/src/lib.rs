@@ -99,6 +99,7 @@ fn to_py(py: Python<'_>, e: zrecord::Error) -> PyErr {
         | E::ShapeMismatch { .. }
         | E::CodecMismatch { .. }
         | E::EmptyRecord { .. }
+        | E::RankTooHigh { .. }
         | E::RecordSize { .. }
         | E::InvalidArgument { .. }
         | E::Overflow { .. }

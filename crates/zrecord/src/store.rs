@@ -105,10 +105,23 @@ pub(crate) fn probe_header(path: &Path) -> Result<Option<TypedHeader>> {
     let store = path.join(STORE_FILE);
     match (exists(&meta)?, exists(&store)?) {
         (false, false) => Ok(None),
-        (true, false) => Err(Error::BadStore {
-            file: store,
-            detail: "missing, but meta.zr exists: the store's creation did not finish".into(),
-        }),
+        (true, false) => {
+            // Another handle may be creating it right now (it holds the lock
+            // until `store.zr` is in place): that is a busy store, not a
+            // broken one.
+            let locked = std::fs::File::open(&meta)
+                .map(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
+                .unwrap_or(false);
+            if locked {
+                return Err(Error::Engine(zrecord_engine::Error::StoreBusy {
+                    path: path.to_path_buf(),
+                }));
+            }
+            Err(Error::BadStore {
+                file: store,
+                detail: "missing, but meta.zr exists: the store's creation did not finish".into(),
+            })
+        }
         (false, true) => Err(Error::BadStore {
             file: meta,
             detail: "missing, but store.zr exists".into(),

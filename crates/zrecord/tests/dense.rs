@@ -509,3 +509,26 @@ fn out_of_range_unsigned_index_is_named_as_passed() {
     assert!(e.to_string().contains(&usize::MAX.to_string()), "{e}");
     assert_eq!(s.gather(3u64).unwrap().into_raw_vec_and_offset().0, vec![3]);
 }
+
+#[test]
+fn an_open_during_anothers_creation_is_busy_not_broken() {
+    // The creator holds meta.zr's lock until store.zr is in place; an open
+    // in between used to call the store broken (InvalidStore in Python).
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s");
+    std::fs::create_dir(&p).unwrap();
+    let meta = std::fs::File::create(p.join("meta.zr")).unwrap();
+    meta.lock().unwrap();
+    let err = DenseCore::open(&p, &OpenOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            zrecord::Error::Engine(zrecord_engine::Error::StoreBusy { .. })
+        ),
+        "{err}"
+    );
+    // A creation that died (nobody holds the lock) is still reported as such.
+    meta.unlock().unwrap();
+    let err = DenseCore::open(&p, &OpenOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("did not finish"), "{err}");
+}
