@@ -517,3 +517,99 @@ def test_seeking_the_loaders_sampler_mid_run_redirects_it_without_a_hang():
     assert loader.step == back[-1] + 1
     loader.close()
     close_all(streams)
+
+
+class _SlowFirst:
+    """A stream (anything with len() and __getitems__) whose step-0 gather
+    is slow, so later batches reach the transform first."""
+
+    def __len__(self):
+        return 1000
+
+    def __getitems__(self, idxs):
+        if int(idxs[0]) == 0:
+            time.sleep(0.3)
+        return np.asarray(idxs)
+
+
+@ours_only
+def test_a_failing_transform_on_later_batches_still_raises_in_order():
+    # Workers used to end on their first failure. When both failed on steps
+    # 1 and 2 before step 0 was even gathered, nobody was left to transform
+    # step 0, and ordered next() waited for it forever.
+    def transform(batch):
+        if int(batch["s"][0]) != 0:
+            time.sleep(0.05)  # both workers take a failing batch first
+            raise ValueError("bad sample")
+        return int(batch["s"][0])
+
+    loader = DataLoader({"s": _SlowFirst()}, batch_size=1, mode=0, num_workers=2,
+                        transform=transform)
+
+    def drive():
+        first = next(loader)
+        with pytest.raises(ValueError, match="bad sample"):
+            next(loader)
+        return first
+
+    assert _in_thread(drive, limit=30) == 0
+    loader.close()
+
+
+@ours_only
+def test_a_loader_whose_transform_holds_its_owner_is_freed_when_the_owner_is():
+    # transform=self.collate: the owner holds the loader, the transform the
+    # owner. The threads used to hold the pipeline (and so all of them), so a
+    # dropped owner kept 4 threads and its stores' fds forever.
+    import gc
+    _, streams = make_streams(50)
+    before = threading.active_count()
+
+    class Owner:
+        def __init__(self):
+            self.loader = DataLoader(streams, batch_size=4, num_workers=2,
+                                     transform=self.collate)
+
+        def collate(self, batch):
+            return batch["y"]
+
+    for _ in range(5):
+        owner = Owner()
+        next(owner.loader)
+        del owner
+    deadline = time.monotonic() + 20
+    while threading.active_count() > before and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert threading.active_count() == before
+    close_all(streams)
+
+
+@ours_only
+def test_a_closed_loader_that_failed_frees_its_stores_without_the_cycle_collector():
+    # The stored failure's traceback held frames whose locals were the
+    # pipeline and the loader: after close() and del, the stores (fds, maps)
+    # and the failed batch stayed until the cyclic collector ran, forever in
+    # a training loop that disables it.
+    import gc
+    import weakref
+    _, streams = make_streams(50)
+
+    def bad(batch):
+        raise ValueError("bad sample")
+
+    gc.collect()
+    gc.disable()
+    try:
+        loader = DataLoader(streams, batch_size=4, num_workers=2, transform=bad)
+        ref = weakref.ref(loader._pipeline)
+        try:
+            next(loader)
+        except ValueError:
+            pass
+        loader.close()
+        del loader
+        assert ref() is None
+    finally:
+        gc.enable()
+    close_all(streams)

@@ -20,6 +20,7 @@ delivers batches in step order, so a run is reproducible and resumable exactly.
 import os
 import threading
 import time
+import weakref
 from collections import deque
 
 from .zsampler import Sampler
@@ -31,9 +32,39 @@ def _identity(batch):
     return batch
 
 
+_WAIT = object()  # nothing to do yet
+_STOP = object()  # the thread should end
+_SKIP = object()  # claimed nothing worth doing; claim again
+
+
+def _drive(ref, lock, cond, claim, do):
+    """A pipeline thread: claims work under the lock, does it outside. While
+    it waits it holds only ``ref`` (a weak reference), the lock and the
+    condition, so an unreachable pipeline (with its loader, and whatever
+    cycle through the transform holds them) can still be collected; its
+    DataLoader's __del__ then closes it, or ``ref`` dies and the thread ends."""
+    while True:
+        with lock:
+            p = ref()
+            if p is None:
+                return
+            got = claim(p)
+            if got is _WAIT:
+                del p
+                cond.wait(_Pipeline._POLL)
+                continue
+        if got is _STOP:
+            return
+        if got is not _SKIP and not do(p, got):
+            return
+        del p, got
+
+
 class _Pipeline:
-    """State shared by the threads. The threads reference this object, not the
-    DataLoader, so dropping the last DataLoader reference closes the pipeline.
+    """State shared by the threads. The threads reference this object only
+    weakly while they wait, and never the DataLoader, so dropping the last
+    DataLoader reference closes the pipeline (through the cyclic collector
+    when a transform refers back to the loader's owner).
 
     Batches are numbered by tickets, in the order the gather threads draw them
     from the sampler (under ``draw_lock``); ordered delivery is ticket order.
@@ -74,12 +105,17 @@ class _Pipeline:
         # last job on one core) or does the Python work around it, the other
         # keeps every core decoding. Ordered delivery is by ticket, so
         # batches still come out in sampler order.
-        self.threads = [threading.Thread(target=self._gather, name=f"loaderx-gather-{i}",
-                                         daemon=True)
-                        for i in range(self._GATHERERS)]
+        ref = weakref.ref(self)
+        self.threads = [
+            threading.Thread(target=_drive, name=f"loaderx-gather-{i}", daemon=True,
+                             args=(ref, self.lock, self.cond,
+                                   _Pipeline._claim_gather, _Pipeline._do_gather))
+            for i in range(self._GATHERERS)
+        ]
         self.threads += [
-            threading.Thread(target=self._work, name=f"loaderx-transform-{i}",
-                             daemon=True)
+            threading.Thread(target=_drive, name=f"loaderx-transform-{i}", daemon=True,
+                             args=(ref, self.lock, self.cond,
+                                   _Pipeline._claim_work, _Pipeline._do_work))
             for i in range(num_workers)
         ]
         started = []
@@ -123,54 +159,72 @@ class _Pipeline:
         return self.failure is not None and (self.fail_ticket is None
                                              or ticket >= self.fail_ticket)
 
-    def _gather(self):
-        ticket = None
-        try:
-            while True:
-                with self.lock:
-                    while (not self.stopped and self.failure is None
-                           and self.started - self.delivered >= self.capacity):
-                        self.cond.wait(self._POLL)
-                    if self.stopped or self.failure is not None:
-                        return  # no new batches once one failed
-                    self.started += 1
-                ticket = None
-                with self.draw_lock:
-                    step, idxs = self.sampler._draw()
-                    ticket = self.tickets
-                    self.tickets += 1
-                batch = {name: ds.__getitems__(idxs) for name, ds in self.streams.items()}
-                with self.lock:
-                    if self.stopped:
-                        return
-                    self.raw.append((ticket, step, batch))
-                    self.cond.notify_all()
-                del batch
-        except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
-            self._fail(exc, ticket)
+    # Thread bodies. A thread holds the pipeline only while it works on a
+    # batch, and waits for work through the lock and condition alone (see
+    # _drive): a transform that refers back to the loader's owner (e.g.
+    # ``transform=self.collate``) would otherwise make the pipeline, the
+    # loader and the owner a cycle rooted in the live threads, and a loader
+    # dropped without close() would keep its threads and stores forever.
 
-    def _work(self):
+    def _claim_gather(self):
+        """(Lock held.) Reserves the next batch, or says to wait or stop."""
+        if self.stopped or self.failure is not None:
+            return _STOP  # no new batches once one failed
+        if self.started - self.delivered >= self.capacity:
+            return _WAIT
+        self.started += 1
+        return None
+
+    def _do_gather(self, _):
+        """Draws and gathers one batch; False when the thread should end."""
         ticket = None
         try:
-            while True:
-                with self.lock:
-                    while not self.stopped and not self.raw:
-                        self.cond.wait(self._POLL)
-                    if self.stopped:
-                        return
-                    ticket, step, batch = self.raw.popleft()
-                    if self._after_failure(ticket):
-                        continue  # its result would never be delivered
-                out = self.transform(batch)
-                del batch
-                with self.lock:
-                    if self.stopped:
-                        return
-                    self.done[ticket] = (step, out)
-                    self.cond.notify_all()
-                del out
+            with self.draw_lock:
+                step, idxs = self.sampler._draw()
+                ticket = self.tickets
+                self.tickets += 1
+            batch = {name: ds.__getitems__(idxs) for name, ds in self.streams.items()}
+            with self.lock:
+                if self.stopped:
+                    return False
+                self.raw.append((ticket, step, batch))
+                self.cond.notify_all()
+            return True
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
             self._fail(exc, ticket)
+            return False
+
+    def _claim_work(self):
+        """(Lock held.) Takes a gathered batch, or says to wait or stop."""
+        if self.stopped:
+            return _STOP
+        if not self.raw:
+            return _WAIT
+        item = self.raw.popleft()
+        if self._after_failure(item[0]):
+            return _SKIP  # its result would never be delivered
+        return item
+
+    def _do_work(self, item):
+        """Transforms one batch; False when the thread should end. A failing
+        transform does not end the thread: in ordered mode the batches before
+        the failed one must still be transformed and delivered first, and a
+        worker that quit could leave one of them with nobody to run it."""
+        ticket, step, batch = item
+        del item
+        try:
+            out = self.transform(batch)
+        except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
+            del batch
+            self._fail(exc, ticket)
+            return True
+        del batch
+        with self.lock:
+            if self.stopped:
+                return False
+            self.done[ticket] = (step, out)
+            self.cond.notify_all()
+        return True
 
     def next(self):
         if os.getpid() != self.pid:
@@ -198,7 +252,12 @@ class _Pipeline:
                     self.stopped = True  # every batch before it was delivered
                     self.cond.notify_all()
                     exc, tb = self.failure
-                    raise exc.with_traceback(tb)
+                    try:
+                        raise exc.with_traceback(tb)
+                    finally:
+                        # This frame joins the exception's traceback: its
+                        # locals must not hold the exception (a cycle).
+                        del exc, tb
                 if self.stopped:
                     raise RuntimeError("the DataLoader is closed")
 
@@ -235,6 +294,11 @@ class _Pipeline:
             self.raw.clear()
             self.done.clear()
             self.taking = None
+            # The failure's traceback holds frames whose locals are this
+            # pipeline and its loader: a cycle that kept the stores (fds,
+            # maps) and the failed batch until the cyclic collector ran,
+            # forever where it is disabled.
+            self.failure = None
             self.cond.notify_all()
         current = threading.current_thread()
         deadline = time.monotonic() + timeout
@@ -319,7 +383,12 @@ class DataLoader:
         return self
 
     def __next__(self):
-        return self._pipeline.next()
+        # A raised failure's traceback keeps this frame: it must not hold
+        # the loader, or the loader, its pipeline and the stored failure
+        # would form a cycle that only the cyclic collector frees.
+        pipeline = self._pipeline
+        del self
+        return pipeline.next()
 
     def __enter__(self):
         return self
