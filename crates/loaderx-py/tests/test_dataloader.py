@@ -32,6 +32,16 @@ def close_all(streams):
         s.close()
 
 
+def _threads_back_to(count, limit):
+    """Waits (collecting cycles) until only ``count`` threads run."""
+    import gc
+    deadline = time.monotonic() + limit
+    while threading.active_count() > count and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert threading.active_count() == count
+
+
 @pytest.mark.parametrize("mode", [0, 1, 2])
 def test_batches_are_aligned(mode):
     x, streams = make_streams()
@@ -175,17 +185,12 @@ def test_ordered_resume_and_sharding():
 
 @ours_only
 def test_dropping_the_loader_stops_its_threads():
-    import gc
     _, streams = make_streams(20)
     before = threading.active_count()
     loader = DataLoader(streams, batch_size=4, num_workers=2)
     next(loader)
     del loader
-    gc.collect()
-    deadline = time.monotonic() + 10
-    while threading.active_count() > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert threading.active_count() == before
+    _threads_back_to(before, limit=10)
     close_all(streams)
 
 
@@ -561,7 +566,6 @@ def test_a_loader_whose_transform_holds_its_owner_is_freed_when_the_owner_is():
     # transform=self.collate: the owner holds the loader, the transform the
     # owner. The threads used to hold the pipeline (and so all of them), so a
     # dropped owner kept 4 threads and its stores' fds forever.
-    import gc
     _, streams = make_streams(50)
     before = threading.active_count()
 
@@ -577,11 +581,7 @@ def test_a_loader_whose_transform_holds_its_owner_is_freed_when_the_owner_is():
         owner = Owner()
         next(owner.loader)
         del owner
-    deadline = time.monotonic() + 20
-    while threading.active_count() > before and time.monotonic() < deadline:
-        gc.collect()
-        time.sleep(0.05)
-    assert threading.active_count() == before
+    _threads_back_to(before, limit=20)
     close_all(streams)
 
 

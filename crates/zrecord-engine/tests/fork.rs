@@ -49,23 +49,9 @@ fn a_forked_child_gathers_appends_and_compresses_on_its_own_thread() {
         // SAFETY: plain libc call in the child.
         unsafe { libc::alarm(30) };
         // The inherited handle reads, inline.
-        let idx: Vec<u64> = (0..recs.len() as u64).rev().collect();
-        let mut lens = vec![0u64; idx.len()];
-        if a.record_lengths(&idx, &mut lens, None).is_err() {
-            return 2;
-        }
-        let mut offsets = vec![0usize];
-        for l in &lens {
-            offsets.push(offsets.last().unwrap() + *l as usize);
-        }
-        let mut dst = vec![0u8; *offsets.last().unwrap()];
-        if a.gather_var(&idx, &mut dst, &offsets).is_err() {
-            return 3;
-        }
-        for (k, &i) in idx.iter().enumerate() {
-            if dst[offsets[k]..offsets[k + 1]] != recs[i as usize][..] {
-                return 4;
-            }
+        let code = reads_back(&a, &recs);
+        if code != 0 {
+            return code;
         }
         // A store of its own: compression of many records and writes to
         // several chunks, then a gather through a fresh handle.

@@ -239,24 +239,32 @@ impl DType {
 
     /// The same dtype with every scalar in the host's byte order.
     pub fn to_native(&self) -> DType {
+        self.map_orders(&|_, order| {
+            if order == ByteOrder::NotApplicable {
+                order
+            } else {
+                ByteOrder::NATIVE
+            }
+        })
+    }
+
+    /// The same dtype with each scalar's byte order replaced by
+    /// `f(size, order)`.
+    fn map_orders(&self, f: &impl Fn(usize, ByteOrder) -> ByteOrder) -> DType {
         match self {
             DType::Scalar { kind, size, order } => DType::Scalar {
                 kind: *kind,
                 size: *size,
-                order: if *order == ByteOrder::NotApplicable {
-                    *order
-                } else {
-                    ByteOrder::NATIVE
-                },
+                order: f(*size, *order),
             },
             DType::Padding(n) => DType::Padding(*n),
             DType::Structured(fields) => DType::Structured(
                 fields
                     .iter()
-                    .map(|f| Field {
-                        name: f.name.clone(),
-                        dtype: f.dtype.to_native(),
-                        shape: f.shape.clone(),
+                    .map(|fl| Field {
+                        name: fl.name.clone(),
+                        dtype: fl.dtype.map_orders(f),
+                        shape: fl.shape.clone(),
                     })
                     .collect(),
             ),
@@ -451,30 +459,15 @@ impl DType {
     /// prints as `<i1` but reads back as `|i1`; normalising first keeps a
     /// stored dtype equal to itself across a reopen.
     pub(crate) fn normalized(&self) -> DType {
-        match self {
-            DType::Scalar { kind, size, order } => DType::Scalar {
-                kind: *kind,
-                size: *size,
-                order: if *size == 1 {
-                    ByteOrder::NotApplicable
-                } else if *order == ByteOrder::NotApplicable {
-                    ByteOrder::NATIVE
-                } else {
-                    *order
-                },
-            },
-            DType::Padding(n) => DType::Padding(*n),
-            DType::Structured(fields) => DType::Structured(
-                fields
-                    .iter()
-                    .map(|f| Field {
-                        name: f.name.clone(),
-                        dtype: f.dtype.normalized(),
-                        shape: f.shape.clone(),
-                    })
-                    .collect(),
-            ),
-        }
+        self.map_orders(&|size, order| {
+            if size == 1 {
+                ByteOrder::NotApplicable
+            } else if order == ByteOrder::NotApplicable {
+                ByteOrder::NATIVE
+            } else {
+                order
+            }
+        })
     }
 
     /// Converts `data` (a whole number of items of this dtype) in place from
