@@ -320,8 +320,11 @@ fn pack_samples(source: DictSource<'_>, tier: DictTier) -> Result<(Vec<u8>, Vec<
             let mut samples = Vec::new();
             let mut sizes = Vec::new();
             for r in it {
-                samples.extend_from_slice(r);
-                sizes.push(r.len());
+                // The record that crosses the budget gives only its head, so a
+                // huge last record cannot make the sample buffer overshoot.
+                let take = r.len().min(budget - samples.len());
+                samples.extend_from_slice(&r[..take]);
+                sizes.push(take);
                 if samples.len() >= budget {
                     break;
                 }
@@ -455,6 +458,18 @@ mod tests {
         assert!(samples.len() <= tier.sample_budget() && sizes.len() < 8);
         let dict = train_dict(s.core().into(), tier).unwrap();
         assert!(!dict.is_empty() && dict.len() <= tier.dict_size());
+    }
+
+    #[test]
+    fn records_source_stops_at_the_budget_inside_a_record() {
+        let budget = DictTier::Fast.sample_budget();
+        let big = vec![7u8; budget + 12345];
+        let small = [1u8, 2, 3];
+        let recs: Vec<&[u8]> = vec![&small, &big, &small];
+        let (samples, sizes) =
+            pack_samples(DictSource::records(recs.into_iter()), DictTier::Fast).unwrap();
+        assert_eq!(samples.len(), budget);
+        assert_eq!(sizes, vec![3, budget - 3]);
     }
 
     #[test]
