@@ -6,13 +6,14 @@ use std::process::Command;
 
 /// The launcher variables `LoaderOptions::shard_from_env` reads: cleared so
 /// the run does not depend on the environment the tests happen to run in.
-const SHARD_VARS: [&str; 8] = [
+const SHARD_VARS: [&str; 9] = [
     "LOADERX_RANK",
     "LOADERX_WORLD_SIZE",
     "RANK",
     "WORLD_SIZE",
     "SLURM_PROCID",
     "SLURM_NTASKS",
+    "SLURM_STEP_NUM_TASKS",
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",
 ];

@@ -71,7 +71,9 @@ impl LoaderOptions {
     /// Takes `(rank, world_size)` from the environment a multi-process
     /// launcher sets, if any: `LOADERX_RANK`/`LOADERX_WORLD_SIZE`, then
     /// `RANK`/`WORLD_SIZE` (torchrun, `torch.distributed`), then
-    /// `SLURM_PROCID`/`SLURM_NTASKS`, then
+    /// `SLURM_PROCID`/`SLURM_STEP_NUM_TASKS` (set by `srun` for each task of
+    /// a job step; not `SLURM_NTASKS`, which an `sbatch --ntasks=N` script
+    /// also sees when it runs one process without `srun`), then
     /// `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE` (the cluster variables
     /// JAX's `jax.distributed.initialize()` auto-detects). Without any of
     /// them the options are returned unchanged.
@@ -86,7 +88,7 @@ impl LoaderOptions {
         const PAIRS: [(&str, &str); 4] = [
             ("LOADERX_RANK", "LOADERX_WORLD_SIZE"),
             ("RANK", "WORLD_SIZE"),
-            ("SLURM_PROCID", "SLURM_NTASKS"),
+            ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS"),
             ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
         ];
         for (rk, wk) in PAIRS {
@@ -655,11 +657,23 @@ mod tests {
             ]))
             .unwrap();
         assert_eq!(got.shard, Some((1, 2)));
+        // What an `sbatch --ntasks=4` script sees when it runs one process
+        // itself: not a shard (that process must read every batch).
         let got = o
             .clone()
             .shard_from(env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4")]))
             .unwrap();
-        assert_eq!(got.shard, Some((0, 4)));
+        assert_eq!(got.shard, None);
+        // A task of `srun -n 4`.
+        let got = o
+            .clone()
+            .shard_from(env(&[
+                ("SLURM_PROCID", "2"),
+                ("SLURM_NTASKS", "4"),
+                ("SLURM_STEP_NUM_TASKS", "4"),
+            ]))
+            .unwrap();
+        assert_eq!(got.shard, Some((2, 4)));
         let err = o
             .shard_from(env(&[("RANK", "x"), ("WORLD_SIZE", "2")]))
             .unwrap_err();
