@@ -23,6 +23,7 @@ import time
 import weakref
 from collections import deque
 
+from .zrecord import DenseStore, RaggedStore
 from .zsampler import Sampler
 
 __all__ = ["DataLoader"]
@@ -78,6 +79,16 @@ class _Pipeline:
     def __init__(self, streams, sampler, transform, num_workers, capacity,
                  ordered, start_step):
         self.streams = streams
+        # (name, gather, lock): our stores gather from any number of threads
+        # at once; any other stream (duck-typed: __len__ + __getitems__) gets
+        # its calls one at a time, as the reference's single gather thread
+        # makes them, since a wrapper over one file handle (seek, then read)
+        # would mix up two concurrent batches.
+        self.gathers = [
+            (name, ds.__getitems__,
+             None if type(ds) in (DenseStore, RaggedStore) else threading.Lock())
+            for name, ds in streams.items()
+        ]
         self.sampler = sampler
         self.transform = transform
         self.capacity = capacity
@@ -183,7 +194,13 @@ class _Pipeline:
                 step, idxs = self.sampler._draw()
                 ticket = self.tickets
                 self.tickets += 1
-            batch = {name: ds.__getitems__(idxs) for name, ds in self.streams.items()}
+            batch = {}
+            for name, gather, lock in self.gathers:
+                if lock is None:
+                    batch[name] = gather(idxs)
+                else:
+                    with lock:
+                        batch[name] = gather(idxs)
             with self.lock:
                 if self.stopped:
                     return False
