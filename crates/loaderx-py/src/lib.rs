@@ -526,7 +526,11 @@ fn ragged_views<'py>(
         ));
     }
     let itemsize = dtype.itemsize();
-    let packed = PyArray1::from_slice(py, batch.data());
+    let packed = new_array1::<u8>(py, batch.data().len())?;
+    packed
+        .readwrite()
+        .as_slice_mut()?
+        .copy_from_slice(batch.data());
     let base = packed.data().cast::<u8>();
     // SAFETY: NumPy's C API is loaded (`PY_ARRAY_API` imports it on first
     // use, as `packed` above just did); this reads its ndarray type object.
@@ -827,10 +831,14 @@ fn train_dict<'py>(
 // sampler
 
 /// `zsampler::Sampler` behind a mutex (the cursor moves on `next`).
+///
+/// Made in two steps, like a Python class: `__new__` takes any arguments
+/// and makes an empty handle, and `_init` (called by the Python class's
+/// `__init__`) sets it up, so a Python subclass may have an `__init__` of its
+/// own signature that calls `super().__init__(length, batch_size, mode)`.
 #[pyclass(frozen, subclass, name = "Sampler", module = "loaderx._native")]
 pub struct PySampler {
-    inner: Mutex<zsampler::Sampler>,
-    len: usize,
+    inner: Mutex<Option<zsampler::Sampler>>,
 }
 
 /// Batches at least this long are drawn with the GIL released; shorter
@@ -841,7 +849,49 @@ fn sampler_err(e: zsampler::Error) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
+/// A new, uninitialised 1-D array of `len` elements. A failed allocation is
+/// Python's `MemoryError` (rust-numpy's own constructors panic instead).
+fn new_array1<T: numpy::Element>(py: Python<'_>, len: usize) -> PyResult<Bound<'_, PyArray1<T>>> {
+    use numpy::npyffi::{self, PY_ARRAY_API};
+    let mut dims = [npyffi::npy_intp::try_from(len).map_err(|_| {
+        pyo3::exceptions::PyMemoryError::new_err(format!("cannot allocate {len} elements"))
+    })?];
+    // SAFETY: the type object is read from NumPy's C API table (loaded on
+    // first use). NewFromDescr steals the descr reference made by
+    // `into_dtype_ptr`, allocates `dims[0]` C-ordered elements itself (data
+    // pointer NULL) and returns NULL with a Python error set on failure,
+    // which `from_owned_ptr_or_err` turns into that error.
+    let any = unsafe {
+        let subtype = npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type);
+        let p = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            subtype,
+            T::get_dtype(py).into_dtype_ptr(),
+            1,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        );
+        Bound::from_owned_ptr_or_err(py, p)?
+    };
+    Ok(any.cast_into::<PyArray1<T>>()?)
+}
+
 impl PySampler {
+    /// Runs `f` on the sampler; a handle whose `__init__` never ran is a
+    /// clear error.
+    fn with<R>(&self, f: impl FnOnce(&mut zsampler::Sampler) -> R) -> PyResult<R> {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match g.as_mut() {
+            Some(s) => Ok(f(s)),
+            None => Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "Sampler is not initialised: a subclass's __init__ must call super().__init__(length, batch_size, mode, ...)",
+            )),
+        }
+    }
+
     /// The batch at `step` (without moving the cursor), or at the cursor
     /// (advancing it); with the step it belongs to, read under the same lock.
     fn draw<'py>(
@@ -849,29 +899,42 @@ impl PySampler {
         py: Python<'py>,
         step: Option<u64>,
     ) -> PyResult<(u64, Bound<'py, PyArray1<u64>>)> {
-        // SAFETY: `u64` has no invalid bit patterns, and the draw below
-        // writes every element (`batch_at` / `next_into` fill the whole
-        // slice) before the array is returned; on error it is dropped.
-        let out = unsafe { PyArray1::<u64>::new(py, self.len, false) };
+        let len = self.with(|s| s.batch_len())?;
+        // The draw below writes every element (`batch_at` / `next_into`
+        // fill the whole slice, and refuse one of another length, as after
+        // a concurrent re-`__init__`) before the array is returned; on
+        // error it is dropped.
+        let out = new_array1::<u64>(py, len)?;
         let at = {
             let mut rw = out.readwrite();
             let buf = rw.as_slice_mut()?;
             let mut run = || {
-                let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-                match step {
-                    Some(step) => s.batch_at(step, buf).map(|_| step),
-                    None => {
-                        let at = s.step();
-                        s.next_into(buf).map(|_| at)
+                self.with(|s| {
+                    // A concurrent `__init__` may have changed the length:
+                    // then the buffer is not exactly filled, and is dropped.
+                    if s.batch_len() != buf.len() {
+                        return Ok(None);
                     }
-                }
+                    match step {
+                        Some(step) => s.batch_at(step, buf).map(|_| Some(step)),
+                        None => {
+                            let at = s.step();
+                            s.next_into(buf).map(|_| Some(at))
+                        }
+                    }
+                })
             };
-            if self.len >= DETACH_INDICES {
+            if len >= DETACH_INDICES {
                 py.detach(run)
             } else {
                 run()
-            }
+            }?
             .map_err(sampler_err)?
+            .ok_or_else(|| {
+                pyo3::exceptions::PyRuntimeError::new_err(
+                    "Sampler was re-initialised during the draw",
+                )
+            })?
         };
         Ok((at, out))
     }
@@ -879,26 +942,34 @@ impl PySampler {
 
 #[pymethods]
 impl PySampler {
+    /// An empty handle; `_init` sets it up (see the type's docs).
     #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
+        PySampler {
+            inner: Mutex::new(None),
+        }
+    }
+
+    /// Sets the handle up (again, if called twice: as re-running a Python
+    /// `__init__` does).
     #[pyo3(signature = (length, batch_size, mode, seed=42, *, rank=0, world=1))]
-    fn new(
+    fn _init(
+        &self,
         length: u64,
         batch_size: usize,
         mode: u8,
         seed: u64,
         rank: usize,
         world: usize,
-    ) -> PyResult<Self> {
+    ) -> PyResult<()> {
         let mode = zsampler::Mode::try_from(mode).map_err(sampler_err)?;
         let mut s = zsampler::Sampler::new(length, batch_size, mode, seed).map_err(sampler_err)?;
         if world != 1 || rank != 0 {
             s = s.sharded(rank, world).map_err(sampler_err)?;
         }
-        let len = s.batch_len();
-        Ok(PySampler {
-            inner: Mutex::new(s),
-            len,
-        })
+        *self.inner.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+        Ok(())
     }
 
     /// The batch at the cursor (a new `uint64` array); advances the cursor.
@@ -919,23 +990,20 @@ impl PySampler {
     }
 
     /// Moves the cursor to `step` (O(1)): resuming is a seek.
-    fn seek(&self, step: u64) {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .seek(step);
+    fn seek(&self, step: u64) -> PyResult<()> {
+        self.with(|s| s.seek(step))
     }
 
     /// The step the next `next()` returns.
     #[getter]
-    fn step(&self) -> u64 {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).step()
+    fn step(&self) -> PyResult<u64> {
+        self.with(|s| s.step())
     }
 
     /// Indices per batch for this rank.
     #[getter]
-    fn batch_len(&self) -> usize {
-        self.len
+    fn batch_len(&self) -> PyResult<usize> {
+        self.with(|s| s.batch_len())
     }
 
     fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {

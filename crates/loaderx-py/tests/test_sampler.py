@@ -97,3 +97,54 @@ def test_sharding_partitions_the_global_stream():
     assert s.step == 1
     np.testing.assert_array_equal(s.batch_at(0), Sampler(1000, 12, 2, seed=5).next())
     assert s.step == 1
+
+
+def test_subclasses_with_their_own_init():
+    """A Python subclass may take its own arguments and call
+    ``super().__init__`` (as with the reference's plain-Python class)."""
+
+    class OverDataset(Sampler):
+        def __init__(self, dataset, batch_size):
+            super().__init__(len(dataset), batch_size, Sampler.Mode.SEQUENTIAL)
+            self.dataset = dataset
+
+    s = OverDataset(list(range(7)), 3)
+    assert s.next().tolist() == [0, 1, 2]
+    assert s.dataset == list(range(7))
+
+    class Passthrough(Sampler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+
+    p = Passthrough(10, 4, Sampler.Mode.CYCLIC, seed=5)
+    np.testing.assert_array_equal(p.next(), Sampler(10, 4, 2, seed=5).next())
+
+
+@ours_only
+def test_a_subclass_that_skips_super_init_gets_a_clear_error():
+    class Forgot(Sampler):
+        def __init__(self, n):
+            self.n = n
+
+    with pytest.raises(RuntimeError, match=r"super\(\)\.__init__"):
+        Forgot(5).next()
+
+
+def test_a_batch_too_large_for_memory_is_a_memory_error():
+    """Under an address-space limit, a 16 GiB batch raises MemoryError (an
+    ``Exception``), not a panic that ``except Exception`` cannot catch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource\n"
+        "import numpy as np\n"
+        "from loaderx.zsampler import Sampler\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+        "try:\n"
+        "    Sampler(10, 2**31, 1).next()\n"
+        "except MemoryError:\n"
+        "    print('MemoryError')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "MemoryError", r.stderr[-2000:]

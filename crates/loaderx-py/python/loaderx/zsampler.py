@@ -21,6 +21,23 @@ class Sampler(_native.Sampler):
     """Endless index batches: sequential, IID (with replacement) or cyclic
     (without replacement; a fresh permutation each cycle)."""
 
+    def __init__(self, length, batch_size, mode, seed=42, *, rank=0, world=1):
+        """Index batches over ``0..length``.
+
+        Args:
+            length (int): Records to draw from.
+            batch_size (int): Indices per (global) batch.
+            mode (int): ``Sampler.Mode.SEQUENTIAL`` (0), ``IID`` (1) or
+                ``CYCLIC`` (2).
+            seed (int): Seed of the IID and cyclic streams.
+            rank, world (int): This process's shard of every global batch.
+
+        Raises:
+            ValueError: Zero length or batch size, an unknown mode, a bad shard.
+            OverflowError: A negative or too large value.
+        """
+        self._init(length, batch_size, mode, seed, rank=rank, world=world)
+
     class Mode:
         SEQUENTIAL = 0
         IID = 1
