@@ -9,7 +9,8 @@ cursor, ``batch_at(step)`` computes any step without moving it.
 
 Index streams are this package's own (a counter-based generator and a Feistel
 permutation); they are deterministic per seed but are not the same numbers
-loaderx 1.7.2 drew. Sequential mode is identical.
+loaderx 1.7.2 drew (see docs/sampler.md). Sequential mode is identical
+while ``step * batch_size < 2**64``.
 """
 
 from . import _native
