@@ -19,8 +19,9 @@ use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo};
 use crate::error::{Error, Result};
 
 /// Which records to read or delete. Negative values count from the end, as
-/// in NumPy.
+/// in NumPy. More forms may come, so a `match` on it needs a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Indices<'a> {
     /// One record.
     One(i64),
