@@ -36,7 +36,7 @@ use std::sync::{Mutex, RwLock};
 use numpy::ndarray::ArrayView1;
 use numpy::{
     PyArray1, PyArray2, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1,
-    PyReadwriteArray1,
+    PyReadwriteArray1, PyUntypedArrayMethods,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -385,6 +385,55 @@ impl PyDenseCore {
         })
         .ok_or_else(|| closed(py))?
         .or_py(py)
+    }
+
+    /// Record `i` as a new array of `dtype` shaped `item_shape` (GIL
+    /// released for the read): the one-record read behind `ds[i]`, with no
+    /// index array to build or check and no reshape.
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        i: u64,
+        dtype: Bound<'py, PyArrayDescr>,
+    ) -> PyResult<Bound<'py, numpy::PyUntypedArray>> {
+        if dtype.has_subarray() {
+            // NumPy would append the subarray's dims (more bytes than one
+            // record); stores never hold such a dtype.
+            return Err(PyValueError::new_err(
+                "get needs a dtype without a subarray",
+            ));
+        }
+        let (shape, bytes) = self.with(py, |c| {
+            let shape: Vec<usize> = c.item_shape().iter().map(|&d| d as usize).collect();
+            (shape, c.record_bytes())
+        })?;
+        let itemsize = dtype.itemsize();
+        let out = new_array(py, dtype, &shape)?;
+        let nbytes = shape
+            .iter()
+            .try_fold(itemsize, |acc, &d| acc.checked_mul(d));
+        if nbytes != Some(bytes) {
+            return Err(PyValueError::new_err(format!(
+                "a record of {bytes} bytes is not {shape:?} items of {itemsize} bytes"
+            )));
+        }
+        // SAFETY: `out` was just made here, C-contiguous, holding exactly
+        // `bytes` bytes (checked above) at its data pointer, and no other
+        // reference to it exists yet, so this is the only view of them.
+        let dst = unsafe {
+            let data = (*numpy::npyffi::_PyArray_GET_ITEM_DATA(out.as_array_ptr()))
+                .data
+                .cast::<u8>();
+            std::slice::from_raw_parts_mut(data, bytes)
+        };
+        let lock = &self.core;
+        py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            g.as_ref().map(|c| c.gather_bytes_into(&[i], dst))
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)?;
+        Ok(out)
     }
 
     /// Gathers the records at `idxs` into `dst` (the bytes of a fresh
@@ -849,16 +898,26 @@ fn sampler_err(e: zsampler::Error) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// A new, uninitialised 1-D array of `len` elements. A failed allocation is
-/// Python's `MemoryError` (rust-numpy's own constructors panic instead).
-fn new_array1<T: numpy::Element>(py: Python<'_>, len: usize) -> PyResult<Bound<'_, PyArray1<T>>> {
+/// A new, uninitialised C-order array of `descr` shaped `dims`. A failed
+/// allocation is Python's `MemoryError` (rust-numpy's own constructors
+/// panic instead).
+fn new_array<'py>(
+    py: Python<'py>,
+    descr: Bound<'py, PyArrayDescr>,
+    dims: &[usize],
+) -> PyResult<Bound<'py, numpy::PyUntypedArray>> {
     use numpy::npyffi::{self, PY_ARRAY_API};
-    let mut dims = [npyffi::npy_intp::try_from(len).map_err(|_| {
-        pyo3::exceptions::PyMemoryError::new_err(format!("cannot allocate {len} elements"))
-    })?];
+    let too_big = || {
+        pyo3::exceptions::PyMemoryError::new_err(format!("cannot allocate an array of {dims:?}"))
+    };
+    let mut d = dims
+        .iter()
+        .map(|&x| npyffi::npy_intp::try_from(x).map_err(|_| too_big()))
+        .collect::<PyResult<Vec<_>>>()?;
+    let nd = std::os::raw::c_int::try_from(d.len()).map_err(|_| too_big())?;
     // SAFETY: the type object is read from NumPy's C API table (loaded on
     // first use). NewFromDescr steals the descr reference made by
-    // `into_dtype_ptr`, allocates `dims[0]` C-ordered elements itself (data
+    // `into_dtype_ptr`, allocates the C-ordered elements itself (data
     // pointer NULL) and returns NULL with a Python error set on failure,
     // which `from_owned_ptr_or_err` turns into that error.
     let any = unsafe {
@@ -866,9 +925,9 @@ fn new_array1<T: numpy::Element>(py: Python<'_>, len: usize) -> PyResult<Bound<'
         let p = PY_ARRAY_API.PyArray_NewFromDescr(
             py,
             subtype,
-            T::get_dtype(py).into_dtype_ptr(),
-            1,
-            dims.as_mut_ptr(),
+            descr.into_dtype_ptr(),
+            nd,
+            d.as_mut_ptr(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             0,
@@ -876,7 +935,13 @@ fn new_array1<T: numpy::Element>(py: Python<'_>, len: usize) -> PyResult<Bound<'
         );
         Bound::from_owned_ptr_or_err(py, p)?
     };
-    Ok(any.cast_into::<PyArray1<T>>()?)
+    Ok(any.cast_into::<numpy::PyUntypedArray>()?)
+}
+
+/// A new, uninitialised 1-D array of `len` elements of `T` (see
+/// [`new_array`]).
+fn new_array1<T: numpy::Element>(py: Python<'_>, len: usize) -> PyResult<Bound<'_, PyArray1<T>>> {
+    Ok(new_array(py, T::get_dtype(py), &[len])?.cast_into::<PyArray1<T>>()?)
 }
 
 impl PySampler {

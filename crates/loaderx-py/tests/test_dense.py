@@ -353,3 +353,40 @@ def test_empty_dictionary_is_a_dictionary_error():
     from loaderx.zrecord import ZrecordError
     with pytest.raises(ZrecordError):
         DenseStore("e", np.uint8, (4,), codec="zstd_dict", dict_bytes=b"")
+
+
+@ours_only
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+@pytest.mark.parametrize("dtype,shape", [
+    ("<f4", (3, 4)),
+    (">i8", (2,)),
+    ("<u2", ()),
+    ("|b1", (5,)),
+    ("<c16", (2, 1, 2)),
+    ([("a", "<i4"), ("b", ">f8", (2,))], (3,)),
+    ([("a", "<i4"), ("b", ">f8", (2,))], ()),
+    ("|u1", (300, 1024)),  # over POOL_MIN_BYTES: the pooled path
+])
+def test_one_record_read_equals_a_batch_of_one(tmp_path, codec, dtype, shape):
+    """``ds[i]`` (the one-record path) gives what ``ds[[i]][0]`` gives: same
+    values, dtype, shape, and a NumPy scalar for scalar records."""
+    from loaderx.zrecord import IndexOutOfRange
+    dt = np.dtype(dtype)
+    n = 50
+    raw = np.random.default_rng(3).integers(0, 256, (n * dt.itemsize * max(1, int(np.prod(shape))),),
+                                             dtype=np.uint8)
+    data = raw.view(dt).reshape((n, *shape))
+    with DenseStore(tmp_path / "s", dt, shape, codec) as s:
+        s.append(data)
+    s = DenseStore(tmp_path / "s", read_only=True)
+    for i in [0, 7, n - 1, -1, -n, np.int64(3), np.uint8(4)]:
+        one, batch = s[i], s[[int(i)]][0]
+        assert type(one) is type(batch)
+        assert one.dtype == batch.dtype == dt
+        assert np.shape(one) == shape
+        as_bytes = lambda x: np.asarray(x).reshape(-1).view(np.uint8)  # noqa: E731
+        np.testing.assert_array_equal(as_bytes(one), as_bytes(data[int(i)]))
+    for bad in (n, -n - 1):
+        with pytest.raises(IndexOutOfRange, match=f"index {bad} is out of range for {n}"):
+            s[bad]
+    s.close()

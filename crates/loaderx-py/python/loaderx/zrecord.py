@@ -267,18 +267,23 @@ class _Base:
 
     # -- indices ------------------------------------------------------------
 
+    def _one(self, idx):
+        """One index (an ``int`` or NumPy integer) as a position in range."""
+        n = len(self)
+        i = int(idx)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexOutOfRange(
+                None, f"{self.path}: index {i} is out of range for {n} records"
+            )
+        return j
+
     def _idxs(self, idx):
         """Normalize a scalar, slice, index container or bool mask to a
         C-contiguous uint64 array of in-range indices (negatives wrap)."""
-        n = len(self)
         if isinstance(idx, (int, np.integer)):
-            i = int(idx)
-            j = i + n if i < 0 else i
-            if not 0 <= j < n:
-                raise IndexOutOfRange(
-                    None, f"{self.path}: index {i} is out of range for {n} records"
-                )
-            return np.array([j], dtype=np.uint64)
+            return np.array([self._one(idx)], dtype=np.uint64)
+        n = len(self)
         if isinstance(idx, slice):
             return np.arange(*idx.indices(n), dtype=np.int64).astype(np.uint64)
         idxs = np.asarray(idx)
@@ -319,7 +324,7 @@ class _Base:
         ``ds[0, 5, 2]``, a list, an array, a slice or a bool mask — with
         negative indices wrapping from the end."""
         if isinstance(idx, (int, np.integer)):
-            return self.__getitems__(self._idxs(idx))[0]
+            return self._get_one(self._one(idx))
         return self.__getitems__(idx)
 
     # -- maintenance --------------------------------------------------------
@@ -393,6 +398,15 @@ class DenseStore(_Base):
         src = self._prepare_dense(records)
         return core.append(src.reshape(-1).view(np.uint8))
 
+    def _get_one(self, j):
+        if self._row_bytes >= _POOL_MIN_BYTES:
+            return self.__getitems__(np.array([j], dtype=np.uint64))[0]
+        # One record straight into its own array (no index array, no
+        # reshape): several times faster than a batch of one, which is what
+        # a map-style ``Dataset.__getitem__`` calls per sample.
+        one = self._open().get(j, self.dtype)
+        return one[()] if one.ndim == 0 else one  # a scalar, as ``batch[0]`` gives
+
     def __getitems__(self, idxs):
         core = self._open()
         idxs = self._idxs(idxs)
@@ -465,6 +479,9 @@ class RaggedStore(_Base):
         core = self._open()
         src, offsets, shapes = self._prepare_batch(records)
         return core.append(src, offsets, shapes)
+
+    def _get_one(self, j):
+        return self._open().gather(np.array([j], dtype=np.uint64), self.dtype)[0]
 
     def __getitems__(self, idxs):
         core = self._open()
