@@ -66,6 +66,33 @@ fn zerr(py: Python<'_>, kind: &str, message: String) -> PyErr {
     }
 }
 
+/// An I/O failure on `path` as Python's own OSErrors carry it: `errno`,
+/// `strerror` and `filename` set, and a missing file a `StoreNotFound`
+/// (a `FileNotFoundError`, as `open` or `np.load` raise), else a
+/// `StoreIOError`.
+fn io_err(py: Python<'_>, message: String, path: &std::path::Path, e: &std::io::Error) -> PyErr {
+    let kind = match e.kind() {
+        std::io::ErrorKind::NotFound => "StoreNotFound",
+        _ => "StoreIOError",
+    };
+    let err = zerr(py, kind, message);
+    if let Some(code) = e.raw_os_error() {
+        let exc = err.value(py);
+        let strerror = py
+            .import("os")
+            .and_then(|os| os.getattr("strerror"))
+            .and_then(|f| f.call1((code,)));
+        // OSError's own attributes: setting them cannot fail on an OSError
+        // subclass, and a failure would only leave them None.
+        let _ = exc.setattr("errno", code);
+        if let Ok(s) = strerror {
+            let _ = exc.setattr("strerror", s);
+        }
+        let _ = exc.setattr("filename", path.as_os_str());
+    }
+    err
+}
+
 fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
     use zrecord_engine::Error as E;
     let msg = e.to_string();
@@ -88,7 +115,7 @@ fn to_py(py: Python<'_>, e: zrecord::Error) -> PyErr {
     let msg = e.to_string();
     match &e {
         E::Engine(inner) => engine_err(py, inner),
-        E::Io { .. } => zerr(py, "StoreIOError", msg),
+        E::Io { path, source } => io_err(py, msg, path, source),
         E::UnsupportedDType { .. } => zerr(py, "UnsupportedDType", msg),
         E::BadIdentity { .. } | E::BadStore { .. } => zerr(py, "InvalidStore", msg),
         E::IndexOutOfRange { .. } => zerr(py, "IndexOutOfRange", msg),
@@ -1125,6 +1152,22 @@ fn loadtxt<'py>(
 #[pyfunction]
 fn npy_header<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
     let h = py.detach(|| zrecord::npy::read_header(&path)).or_py(py)?;
+    header_dict(py, &h)
+}
+
+/// The validated header at the start of `data`, the bytes of the `.npy` at
+/// `path` read into memory (a pipe or FIFO); errors name `path`.
+#[pyfunction]
+fn npy_header_of_bytes<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    data: &[u8],
+) -> PyResult<Bound<'py, PyDict>> {
+    let h = zrecord::npy::NpyHeader::parse_named(&path, data).or_py(py)?;
+    header_dict(py, &h)
+}
+
+fn header_dict<'py>(py: Python<'py>, h: &zrecord::npy::NpyHeader) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("version", h.version)?;
     d.set_item("descr", dtype_to_py(&h.dtype))?;
@@ -1146,7 +1189,7 @@ fn read_bytes_at<'py>(
 ) -> PyResult<Bound<'py, PyArray1<u8>>> {
     use std::os::unix::fs::FileExt;
     let len = std::fs::metadata(&path)
-        .map_err(|e| zerr(py, "StoreIOError", format!("{}: {e}", path.display())))?
+        .map_err(|e| io_err(py, format!("{}: {e}", path.display()), &path, &e))?
         .len();
     if offset
         .checked_add(nbytes as u64)
@@ -1165,7 +1208,7 @@ fn read_bytes_at<'py>(
             let f = std::fs::File::open(&path)?;
             f.read_exact_at(buf, offset)
         })
-        .map_err(|e| zerr(py, "StoreIOError", format!("{}: {e}", path.display())))?;
+        .map_err(|e| io_err(py, format!("{}: {e}", path.display()), &path, &e))?;
     }
     Ok(out)
 }
@@ -1193,6 +1236,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(train_dict, m)?)?;
     m.add_function(wrap_pyfunction!(loadtxt, m)?)?;
     m.add_function(wrap_pyfunction!(npy_header, m)?)?;
+    m.add_function(wrap_pyfunction!(npy_header_of_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(read_bytes_at, m)?)?;
     Ok(())
 }

@@ -166,3 +166,152 @@ def test_loadtxt_refuses_what_it_cannot_read_clearly(tmp_path):
     for bad in ({"delimiter": "§"}, {"comment": "§"}, {"comment": " "}):
         with pytest.raises(ValueError, match="ASCII|whitespace"):
             loadtxt(ok, **bad)
+
+
+def test_a_lone_cr_in_a_comment_is_an_error_not_lost_rows(tmp_path):
+    # Regression: the rows after a CR inside a comment silently vanished.
+    from loaderx.io import loadtxt
+    for name, data, line in (("hdr.dat", b"# x y\r1 2\r3 4\r", 1),
+                             ("note.dat", b"1 2 # note\r3 4\n5 6\n", 1),
+                             ("mid.dat", b"1 2\n# c\r3 4\n5 6\n", 2)):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(ValueError, match=f"{name}:{line}: a lone carriage return"):
+            loadtxt(path)
+
+
+def test_loadtxt_reads_pipes_fifos_and_procfs(tmp_path):
+    # Regression: a pipe, FIFO or procfs file reports size 0 and came back
+    # as an empty (0, 0) array.
+    import os
+    import threading
+    from loaderx.io import loadtxt
+    r, w = os.pipe()
+    os.write(w, b"1 2\n3 4\n")
+    os.close(w)
+    try:
+        np.testing.assert_array_equal(loadtxt(f"/dev/fd/{r}"), [[1, 2], [3, 4]])
+    finally:
+        os.close(r)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(b"5,6\n7,8\n",))
+    writer.start()
+    got = loadtxt(fifo, delimiter=",")
+    writer.join()
+    np.testing.assert_array_equal(got, [[5, 6], [7, 8]])
+    if os.path.exists("/proc/sys/kernel/pid_max"):
+        got = loadtxt("/proc/sys/kernel/pid_max")
+        assert got.shape == (1, 1) and got[0, 0] > 0
+    (tmp_path / "empty.dat").write_bytes(b"")
+    assert loadtxt(tmp_path / "empty.dat").shape == (0, 0)
+
+
+def test_load_npy_reads_a_pipe(tmp_path):
+    # Regression: load_npy on a pipe failed with a bare "Illegal seek".
+    import os
+    import threading
+    from loaderx.io import load_npy, load_npy_prefix, npy_header
+    a = np.arange(12, dtype=">i4").reshape(4, 3)
+    np.save(tmp_path / "a.npy", a)
+    raw = (tmp_path / "a.npy").read_bytes()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for read, want in ((load_npy, a), (lambda p: load_npy_prefix(p, 2), a[:2])):
+        writer = threading.Thread(target=fifo.write_bytes, args=(raw,))
+        writer.start()
+        got = read(fifo)
+        writer.join()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        got[0, 0] = 7  # writable, as np.load's
+    writer = threading.Thread(target=fifo.write_bytes, args=(raw[:-8],))
+    writer.start()
+    with pytest.raises(ValueError, match="fifo"):
+        load_npy(fifo)
+    writer.join()
+    r, w = os.pipe()
+    os.write(w, raw)
+    os.close(w)
+    try:
+        with pytest.raises(OSError, match="not a regular file"):
+            npy_header(f"/dev/fd/{r}")
+    finally:
+        os.close(r)
+
+
+def test_error_names_the_first_bad_line_with_any_threads(tmp_path):
+    from loaderx.io import loadtxt
+    lines = ["1 2 3\n"] * 20000
+    lines[9000] = "1 x 3\n"
+    for j in range(10000, 20000, 500):
+        lines[j] = "1 2\n"
+    path = tmp_path / "two.dat"
+    path.write_text("".join(lines))
+    for _ in range(5):
+        with pytest.raises(ValueError, match=r"two.dat:9001: column 2: "):
+            loadtxt(path, num_threads=2, chunk_size=50)
+
+
+def test_loadtxt_integer_arguments_as_numpy(tmp_path):
+    from loaderx.io import loadtxt
+    path = tmp_path / "args.dat"
+    path.write_text("1 2 3 4 5 6 7 8 9 10 11 12\n" * 3)
+    np.testing.assert_array_equal(loadtxt(path, usecols=3), [[4]] * 3)
+    np.testing.assert_array_equal(loadtxt(path, usecols=np.int64(-1)), [[12]] * 3)
+    np.testing.assert_array_equal(loadtxt(path, usecols=(np.int32(1), 0)), [[2, 1]] * 3)
+    np.testing.assert_array_equal(loadtxt(path, skip_rows=np.int64(1), max_rows=np.uint8(1)),
+                                  [list(range(1, 13))])
+    for bad in ({"usecols": [1.7]}, {"usecols": "10"}, {"usecols": 1.5},
+                {"usecols": 1.0}, {"skip_rows": 1.5}, {"max_rows": 2.9},
+                {"chunk_size": 10.0}, {"num_threads": "2"}):
+        with pytest.raises(TypeError):
+            loadtxt(path, **bad)
+    assert loadtxt(path, usecols=[]).shape == (3, 0)
+    assert loadtxt(path, usecols=[], max_rows=2).shape == (2, 0)
+
+
+def test_load_npy_prefix_rows_must_be_an_integer(tmp_path):
+    from loaderx.io import load_npy_prefix
+    np.save(tmp_path / "a.npy", np.arange(10.0))
+    np.testing.assert_array_equal(load_npy_prefix(tmp_path / "a.npy", np.int64(3)), [0, 1, 2])
+    for bad in (1.5, 2.9, "2"):
+        with pytest.raises(TypeError):
+            load_npy_prefix(tmp_path / "a.npy", bad)
+
+
+def test_a_missing_file_is_a_file_not_found_error_with_errno(tmp_path):
+    import errno
+    from loaderx._errors import ZrecordError
+    from loaderx.io import load_npy, load_npy_prefix, loadtxt, npy_header
+    missing = tmp_path / "missing.npy"
+    for call in (load_npy, npy_header, lambda p: load_npy_prefix(p, 1), loadtxt):
+        with pytest.raises(FileNotFoundError) as caught:
+            call(missing)
+        e = caught.value
+        assert isinstance(e, ZrecordError)
+        assert e.errno == errno.ENOENT and e.filename == str(missing)
+        assert "missing.npy" in str(e)
+
+
+def test_loadtxt_error_columns_count_from_one(tmp_path):
+    from loaderx.io import loadtxt
+    path = tmp_path / "col.dat"
+    path.write_text("1 2 3\n4 x 6\n")
+    with pytest.raises(ValueError, match=r'col.dat:2: column 2: cannot parse "x"'):
+        loadtxt(path)
+    path.write_text("1,2\ny,3\n")
+    with pytest.raises(ValueError, match=r"col.dat:2: column 1: "):
+        loadtxt(path, delimiter=",")
+
+
+def test_loadtxt_huge_num_threads_is_clamped(tmp_path):
+    # Regression: num_threads=3000 on a 2-line file started (and kept) a
+    # 3000-thread pool.
+    import os
+    from loaderx.io import loadtxt
+    path = tmp_path / "two.dat"
+    path.write_text("1 2\n3 4\n")
+    np.testing.assert_array_equal(loadtxt(path, num_threads=3000), [[1, 2], [3, 4]])
+    if os.path.isdir("/proc/self/task"):
+        assert len(os.listdir("/proc/self/task")) < 4 * os.cpu_count() + 64

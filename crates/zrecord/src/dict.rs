@@ -466,8 +466,7 @@ mod tests {
         let big = vec![7u8; budget + 12345];
         let small = [1u8, 2, 3];
         let recs: Vec<&[u8]> = vec![&small, &big, &small];
-        let (samples, sizes) =
-            pack_samples(DictSource::records(recs.into_iter()), DictTier::Fast).unwrap();
+        let (samples, sizes) = pack_samples(DictSource::records(recs), DictTier::Fast).unwrap();
         assert_eq!(samples.len(), budget);
         assert_eq!(sizes, vec![3, budget - 3]);
     }

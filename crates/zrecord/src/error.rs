@@ -99,7 +99,8 @@ pub enum Error {
         path: PathBuf,
         /// 1-based physical line number.
         line: u64,
-        /// 0-based column (field) index in the file's row.
+        /// 1-based column (field) number in the file's row, as the line
+        /// number is 1-based.
         column: usize,
         /// The offending token (lossily decoded if not UTF-8).
         token: String,

@@ -129,6 +129,12 @@ impl NpyHeader {
         parse_header(Path::new("<memory>"), bytes, None)
     }
 
+    /// [`parse`](Self::parse) of the bytes of the file at `path`, read into
+    /// memory (errors name `path`).
+    pub fn parse_named(path: impl AsRef<Path>, bytes: &[u8]) -> Result<NpyHeader> {
+        parse_header(path.as_ref(), bytes, None)
+    }
+
     /// Preamble length for this version (magic + version + length field).
     fn preamble_len(major: u8) -> usize {
         if major == 1 { 10 } else { 12 }
@@ -529,10 +535,43 @@ impl<'a> LitParser<'a> {
     }
 }
 
-fn open(path: &Path) -> Result<(File, u64)> {
+/// An opened `.npy`: a regular file and its size (read by offset, its size
+/// checked against the header), or a stream (a pipe, FIFO or device, whose
+/// size says nothing), which only the whole-array readers take.
+enum Source {
+    File(File, u64),
+    Stream(File),
+}
+
+fn open_any(path: &Path) -> Result<Source> {
     let f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
-    Ok((f, len))
+    let meta = f.metadata().map_err(|e| Error::io(path, e))?;
+    if meta.is_dir() {
+        let e = std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory");
+        return Err(Error::io(path, e));
+    }
+    Ok(if meta.is_file() {
+        Source::File(f, meta.len())
+    } else {
+        Source::Stream(f)
+    })
+}
+
+/// Opens a regular file for offset reads; a stream is a clear error (a
+/// bare read at an offset would fail with "Illegal seek").
+fn open(path: &Path) -> Result<(File, u64)> {
+    match open_any(path)? {
+        Source::File(f, len) => Ok((f, len)),
+        Source::Stream(_) => Err(Error::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "not a regular file (a pipe, FIFO or device): this reader reads the \
+                 .npy by offset and needs a regular file; read the whole array \
+                 (npy::read, npy::read_untyped) or copy the stream to a file first",
+            ),
+        )),
+    }
 }
 
 /// Reads and validates only the header of `path`.
@@ -628,11 +667,15 @@ fn check_payload_present(path: &Path, h: &NpyHeader, bytes: u64, file_len: u64) 
 }
 
 fn check_dtype<T: Element>(path: &Path, h: &NpyHeader) -> Result<()> {
-    if h.dtype.to_native() != T::dtype() {
+    check_native::<T>(path, &h.dtype)
+}
+
+fn check_native<T: Element>(path: &Path, dtype: &DType) -> Result<()> {
+    if dtype.to_native() != T::dtype() {
         return Err(Error::DTypeMismatch {
             context: path.display().to_string(),
             expected: T::dtype().to_string(),
-            found: h.dtype.to_string(),
+            found: dtype.to_string(),
         });
     }
     Ok(())
@@ -652,9 +695,19 @@ fn swap_parallel(dtype: &DType, bytes: &mut [u8]) {
 /// Reads a whole `.npy` file as a typed array: big-endian payloads are
 /// converted, Fortran order becomes C order. The stored dtype (in either
 /// byte order) must be `T`'s.
+///
+/// A stream (a pipe, FIFO, `/dev/stdin`) is read to its end as by
+/// [`read_from`], errors naming `path`.
 pub fn read<T: Element>(path: impl AsRef<Path>) -> Result<ArrayD<T>> {
     let path = path.as_ref();
-    let (f, len) = open(path)?;
+    let (f, len) = match open_any(path)? {
+        Source::File(f, len) => (f, len),
+        Source::Stream(f) => {
+            let a = read_stream(path, f)?;
+            check_native::<T>(path, &a.dtype)?;
+            return a.into_typed();
+        }
+    };
     let h = header_from_file(path, &f, len)?;
     check_dtype::<T>(path, &h)?;
     check_payload_present(path, &h, h.payload_bytes, len)?;
@@ -682,10 +735,14 @@ fn finish_typed<T: Element>(
 }
 
 /// Reads a whole `.npy` file whatever its dtype, into C-order, native-order
-/// bytes.
+/// bytes. A stream (a pipe, FIFO, `/dev/stdin`) is read to its end as by
+/// [`read_from`], errors naming `path`.
 pub fn read_untyped(path: impl AsRef<Path>) -> Result<NpyArray> {
     let path = path.as_ref();
-    let (f, len) = open(path)?;
+    let (f, len) = match open_any(path)? {
+        Source::File(f, len) => (f, len),
+        Source::Stream(f) => return read_stream(path, f),
+    };
     let h = header_from_file(path, &f, len)?;
     check_payload_present(path, &h, h.payload_bytes, len)?;
     let mut data = vec![0u8; h.payload_bytes as usize];
@@ -724,8 +781,12 @@ fn finish_untyped(h: NpyHeader, mut data: Vec<u8>) -> Result<NpyArray> {
 /// buffer grows in bounded chunks as bytes arrive, so a header that lies
 /// about the size fails with [`Error::NpyTruncated`] before a large
 /// allocation. Never panics on any input.
-pub fn read_from<R: Read>(mut r: R) -> Result<NpyArray> {
-    let path = Path::new("<reader>");
+pub fn read_from<R: Read>(r: R) -> Result<NpyArray> {
+    read_stream(Path::new("<reader>"), r)
+}
+
+/// [`read_from`], errors naming `path`.
+fn read_stream<R: Read>(path: &Path, mut r: R) -> Result<NpyArray> {
     let io = |e| Error::io(path, e);
     let mut pre = Vec::with_capacity(12);
     (&mut r).take(10).read_to_end(&mut pre).map_err(io)?;
@@ -1267,5 +1328,69 @@ mod tests {
             read::<u32>(&path),
             Err(Error::NpyTruncated { .. })
         ));
+    }
+
+    /// A pipe holding `bytes` (its write end closed), as `/dev/fd/N`.
+    #[cfg(unix)]
+    fn pipe_of(bytes: &[u8]) -> (File, String) {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: pipe(2) just opened both; each is owned once, here.
+        let (r, mut w) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+        w.write_all(bytes).unwrap();
+        drop(w);
+        let name = format!("/dev/fd/{}", r.as_raw_fd());
+        (r, name)
+    }
+
+    /// Regression: a `.npy` on a pipe failed with a bare "Illegal seek (os
+    /// error 29)". The whole-array readers read the stream; the offset
+    /// readers say the file must be a regular one, naming it.
+    #[cfg(unix)]
+    #[test]
+    fn a_pipe_is_read_whole_or_refused_clearly() {
+        let a = ArrayD::from_shape_fn(IxDyn(&[3, 2]), |i| (i[0] * 2 + i[1]) as f64);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.npy");
+        write(&path, &a).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+
+        let (_r, name) = pipe_of(&bytes);
+        assert_eq!(read::<f64>(&name).unwrap(), a);
+        let (_r, name) = pipe_of(&bytes);
+        let raw = read_untyped(&name).unwrap();
+        assert_eq!((raw.shape.as_slice(), raw.data.len()), (&[3, 2][..], 48));
+        let (_r, name) = pipe_of(&bytes);
+        let msg = read::<f32>(&name).unwrap_err().to_string();
+        assert!(msg.contains(&name), "{msg}");
+        let (_r, name) = pipe_of(&bytes[..bytes.len() - 8]);
+        assert!(matches!(
+            read::<f64>(&name),
+            Err(Error::NpyTruncated { .. })
+        ));
+        let (_r, name) = pipe_of(&bytes);
+        for msg in [
+            read_header(&name).unwrap_err().to_string(),
+            read_prefix::<f64>(&name, 1, None).unwrap_err().to_string(),
+        ] {
+            assert!(
+                msg.contains(&name) && msg.contains("not a regular file"),
+                "{msg}"
+            );
+        }
+        match read_header(dir.path()) {
+            Err(Error::Io { source, .. }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::IsADirectory)
+            }
+            other => panic!("{other:?}"),
+        }
+        let h = NpyHeader::parse_named("x.npy", &bytes).unwrap();
+        assert_eq!(h.shape, vec![3, 2]);
+        let msg = NpyHeader::parse_named("x.npy", &bytes[..20])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("x.npy"), "{msg}");
     }
 }

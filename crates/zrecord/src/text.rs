@@ -1,7 +1,9 @@
 //! A parallel `loadtxt`: delimited numeric text into an `Array2<f64>` or
 //! `Array2<f32>`.
 //!
-//! The file is memory-mapped. After the header rows, the text is cut at
+//! A regular file is memory-mapped; a pipe, FIFO, `/dev/stdin` or procfs
+//! file (whose size says nothing) is read whole into memory. After the
+//! header rows, the text is cut at
 //! newlines into chunks; a first parallel pass counts the data rows of each
 //! chunk, prefix sums give each chunk its first output row, and a second
 //! parallel pass parses each chunk straight into its rows of the one output
@@ -23,10 +25,15 @@
 //! (fast_loadtxt's definition; NumPy's `skiprows` counts physical lines — the
 //! two agree when the header comes first); a lone CR (an old Mac line
 //! ending, which NumPy's text mode splits at) is an error naming its line,
-//! never a silently joined line; a gzip / bzip2 / xz / zstd file is refused
+//! in a comment too, never a silently joined line; a gzip / bzip2 / xz / zstd file is refused
 //! by its magic bytes rather than decompressed. As in NumPy, the comment
 //! byte cuts its line wherever it stands, even inside a number, and
-//! `usecols` may count from the end (`-1`) and name a column twice.
+//! `usecols` may count from the end (`-1`) and name a column twice. With
+//! `f32`, each token is rounded once, straight to the nearest `f32`, where
+//! `numpy.loadtxt(dtype=float32)` rounds to `f64` and then to `f32` (1 ulp
+//! apart for about 1.5% of random tokens; NumPy's values are
+//! `loadtxt::<f64>` cast with `as f32`). Errors name the file, the line
+//! and the column, both counted from 1; with several bad lines, the first.
 //!
 //! ```
 //! use zrecord::text::{loadtxt_bytes, LoadTxtOptions};
@@ -40,6 +47,7 @@
 use std::fs::File;
 use std::mem::MaybeUninit;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ndarray::Array2;
@@ -69,7 +77,8 @@ pub struct LoadTxtOptions {
     /// Columns to keep, in output order: indices into the file's fields,
     /// negative ones counting from the last field (`-1` is the last), as in
     /// NumPy. A column may be named more than once; each naming is an
-    /// output column.
+    /// output column. An empty list keeps no column: the array is
+    /// `(rows, 0)`, as NumPy's.
     pub usecols: Option<Vec<isize>>,
     /// Read at most this many data rows (after `skip_rows`).
     pub max_rows: Option<usize>,
@@ -411,27 +420,50 @@ fn parse_number<T: TextFloat>(s: &[u8]) -> Option<(T, usize)> {
 }
 
 /// Loads a text file of numbers into a 2-D array (rows x columns).
+///
+/// A regular file is memory-mapped; anything else that reads as a stream
+/// (a pipe or FIFO, `/dev/stdin`, `/dev/fd/N`, a procfs file, which reports
+/// a size of 0) is read whole into memory first.
 pub fn loadtxt<T: TextFloat>(path: impl AsRef<Path>, opts: &LoadTxtOptions) -> Result<Array2<T>> {
     let path = path.as_ref();
-    match map_file(path, true)? {
-        Some(map) => load(path, &map, opts),
-        None => load(path, &[], opts),
+    let text = map_file(path, true)?;
+    load(path, &text, opts)
+}
+
+/// The bytes of a text file: mapped, or read into memory.
+enum Text {
+    Mapped(memmap2::Mmap),
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for Text {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Text::Mapped(m) => m,
+            Text::Read(v) => v,
+        }
     }
 }
 
-/// Maps `path` read-only; `None` for an empty file (which cannot be mapped).
-/// `populate` pre-faults the whole map (a whole-file read wants it; a
-/// windowed import does not).
-fn map_file(path: &Path, populate: bool) -> Result<Option<memmap2::Mmap>> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+/// The bytes of `path`: a regular file with a size is mapped read-only;
+/// anything else (a pipe, FIFO or character device, whose size says
+/// nothing, or a procfs file, whose size reads 0) is read to its end, so
+/// only a truly empty file gives no bytes. `populate` pre-faults the whole
+/// map (a whole-file read wants it; a windowed import does not).
+fn map_file(path: &Path, populate: bool) -> Result<Text> {
+    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;
     if meta.is_dir() {
         let e = std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory");
         return Err(Error::io(path, e));
     }
     let len = meta.len();
-    if len == 0 {
-        return Ok(None);
+    if !meta.is_file() || len == 0 {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::io(path, e))?;
+        refuse_compressed(path, &bytes)?;
+        return Ok(Text::Read(bytes));
     }
     // SAFETY: the map is read-only and private to this call. Its contents
     // could change if another process modified the file meanwhile; the parser
@@ -445,13 +477,18 @@ fn map_file(path: &Path, populate: bool) -> Result<Option<memmap2::Mmap>> {
     let map = unsafe { mo.map(&file) }.map_err(|e| Error::io(path, e))?;
     #[cfg(unix)]
     let _ = map.advise(memmap2::Advice::Sequential);
-    if let Some(kind) = compressed(&map) {
-        return Err(Error::invalid(format!(
+    refuse_compressed(path, &map)?;
+    Ok(Text::Mapped(map))
+}
+
+fn refuse_compressed(path: &Path, bytes: &[u8]) -> Result<()> {
+    match compressed(bytes) {
+        Some(kind) => Err(Error::invalid(format!(
             "{} is {kind}-compressed: this parser reads plain text; decompress it first",
             path.display()
-        )));
+        ))),
+        None => Ok(()),
     }
-    Ok(Some(map))
 }
 
 /// The compression format whose magic bytes open `bytes`, if any (NumPy's
@@ -511,12 +548,13 @@ impl<'a> Cfg<'a> {
     }
 }
 
-/// Why a row failed: wrong field count, or a bad token (field index and
-/// byte range within the line).
+/// Why a row failed: wrong field count, or a bad token (0-based field
+/// index and byte range within the line).
 enum RowErr {
     Columns(usize),
     Token(usize, usize, usize),
-    /// A carriage return that does not end the line (before any comment).
+    /// A carriage return that does not end the line (in its data or in its
+    /// comment).
     LoneCr,
 }
 
@@ -561,27 +599,28 @@ fn line_at(bytes: &[u8], pos: usize, end: usize) -> (usize, usize) {
     (e, next)
 }
 
-/// The error for a line that holds a lone CR before any comment: NumPy
-/// reads the file in text mode, where a lone CR ends a line, so reading
-/// on would silently join lines.
-fn lone_cr(
-    path: &Path,
-    bytes: &[u8],
-    line_start: usize,
-    line: &[u8],
-    comment: Option<u8>,
-) -> Result<()> {
-    // `line_at` strips the CR of a CRLF, so a CR here is a lone one. Only
-    // the header lines come here (the data rows meet theirs in the
-    // parsers), so a plain scan does.
-    let lone = line
-        .iter()
-        .take_while(|&&b| Some(b) != comment)
-        .any(|&b| b == b'\r');
-    if lone {
+/// The error for a line (as [`line_at`] gives it) that holds a lone CR,
+/// in its data or in its comment: NumPy reads the file in text mode, where
+/// a lone CR ends a line, so reading on would silently join lines (or hide
+/// the data after a CR in a comment). Header lines, and the comment and
+/// blank lines among the data, come here; the data rows meet theirs in the
+/// parsers.
+fn lone_cr(path: &Path, bytes: &[u8], line_start: usize, line: &[u8]) -> Result<()> {
+    // `line_at` strips the CR of a CRLF, so a CR here is a lone one.
+    if find_byte(line, b'\r').is_some() {
         return Err(row_error(path, bytes, line_start, line, RowErr::LoneCr, 0));
     }
     Ok(())
+}
+
+/// Whether the comment `text[p..stop]` (`stop` a newline or the text's end)
+/// holds a lone CR: any CR but one just before `stop` (the CR of a CRLF, or
+/// one ending the text, which [`line_at`] strips too).
+#[inline(never)]
+fn cr_in_comment(text: &[u8], p: usize, stop: usize) -> bool {
+    let body = &text[p..stop];
+    let body = body.strip_suffix(b"\r").unwrap_or(body);
+    find_byte(body, b'\r').is_some()
 }
 
 /// True when the line holds data (something before any comment).
@@ -803,9 +842,15 @@ fn after_field(text: &[u8], mut p: usize, cfg: &Cfg) -> Option<After> {
     match b {
         b'\n' => Some(After::RowEnd(p + 1)),
         b'\r' if text.get(p + 1) == Some(&b'\n') => Some(After::RowEnd(p + 2)),
-        _ if Some(b) == cfg.comment => Some(After::RowEnd(
-            find_byte(&text[p..], b'\n').map_or(e, |i| p + i + 1),
-        )),
+        _ if Some(b) == cfg.comment => {
+            let stop = find_byte(&text[p..], b'\n').map_or(e, |i| p + i);
+            // A lone CR in the comment would hide the rows after it: leave
+            // the line to `parse_row`, which reports it.
+            if cr_in_comment(text, p, stop) {
+                return None;
+            }
+            Some(After::RowEnd((stop + 1).min(e)))
+        }
         _ => match cfg.delim {
             Some(d) if b == d => Some(After::Field(p + 1)),
             None if p > token_end => Some(After::Field(p)),
@@ -855,14 +900,25 @@ fn parse_row<T: TextFloat>(
     // starts a comment, as in NumPy: cut the line there first, since the
     // number parser would read through it.
     let line = match cfg.comment.filter(|&c| in_number(c)) {
-        Some(c) => find_byte(line, c).map_or(line, |i| &line[..i]),
+        Some(c) => match find_byte(line, c) {
+            Some(i) if find_byte(&line[i..], b'\r').is_some() => return Err(RowErr::LoneCr),
+            Some(i) => &line[..i],
+            None => line,
+        },
         None => line,
     };
     let n = line.len();
     let is_end = |p: usize| p >= n || Some(line[p]) == cfg.comment;
-    // A CR inside the line (before any comment) is a lone one: `line_at`
-    // strips the CR of a CRLF. The scans below meet every such CR, as
-    // whitespace or as the end of a field.
+    // A CR inside the line is a lone one: `line_at` strips the CR of a
+    // CRLF. The scans below meet every such CR before the comment, as
+    // whitespace or as the end of a field; `comment_ok` checks the comment.
+    let comment_ok = |p: usize| {
+        if p < n && find_byte(&line[p..], b'\r').is_some() {
+            Err(RowErr::LoneCr)
+        } else {
+            Ok(())
+        }
+    };
     let mut p = 0;
     let mut col = 0;
     match cfg.delim {
@@ -874,6 +930,7 @@ fn parse_row<T: TextFloat>(
                 p += 1;
             }
             if is_end(p) {
+                comment_ok(p)?;
                 break;
             }
             if col >= cfg.ncols {
@@ -949,6 +1006,7 @@ fn parse_row<T: TextFloat>(
             p = q;
             col += 1;
             if is_end(p) {
+                comment_ok(p)?;
                 break;
             }
             p += 1; // the delimiter
@@ -980,10 +1038,10 @@ fn row_error(
             expected: ncols,
             found,
         },
-        RowErr::Token(column, s, e) => Error::TextParse {
+        RowErr::Token(field, s, e) => Error::TextParse {
             path: path.to_path_buf(),
             line: line_no,
-            column,
+            column: field + 1,
             token: String::from_utf8_lossy(&line[s..e.min(s + 100)]).into_owned(),
         },
         RowErr::LoneCr => Error::TextLineEnding {
@@ -1037,13 +1095,35 @@ fn pool_of(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
     Ok(pool)
 }
 
-/// Runs `f` in a pool of `opts.threads` threads (the current pool when 0 or
+/// The threads a parse of `len` bytes uses for `opts.threads` (0: the
+/// current pool): no more than it has chunks (at least 64 KiB each, or
+/// `opts.chunk_bytes`), nor than four per core. More would only start
+/// (and keep) idle threads; the result does not depend on the count.
+fn threads_for(opts: &LoadTxtOptions, len: usize) -> usize {
+    if opts.threads == 0 {
+        return 0;
+    }
+    let chunk = if opts.chunk_bytes > 0 {
+        opts.chunk_bytes
+    } else {
+        MIN_CHUNK
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    opts.threads
+        .min(len.div_ceil(chunk).max(1))
+        .min(cores.saturating_mul(4))
+}
+
+/// The smallest chunk [`parse_span`] cuts when it picks the size itself.
+const MIN_CHUNK: usize = 1 << 16;
+
+/// Runs `f` in a pool of `threads` threads (the current pool when 0 or
 /// when it already has that many). In a process forked after the pools
 /// started (their threads stayed in the parent), in a pool built for the
 /// call.
-fn in_pool<R: Send>(opts: &LoadTxtOptions, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+fn in_pool<R: Send>(threads: usize, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     if !zrecord_engine::pool_usable() {
-        let n = match opts.threads {
+        let n = match threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
@@ -1053,15 +1133,17 @@ fn in_pool<R: Send>(opts: &LoadTxtOptions, f: impl FnOnce() -> Result<R> + Send)
             .map_err(|e| Error::invalid(format!("cannot start {n} parser threads: {e}")))?;
         return pool.install(f);
     }
-    if opts.threads == 0 || opts.threads == rayon::current_num_threads() {
+    if threads == 0 || threads == rayon::current_num_threads() {
         return f();
     }
-    pool_of(opts.threads)?.install(f)
+    pool_of(threads)?.install(f)
 }
 
 fn load<T: TextFloat>(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Array2<T>> {
     check_options(opts)?;
-    in_pool(opts, || load_in_pool(path, bytes, opts))
+    in_pool(threads_for(opts, bytes.len()), || {
+        load_in_pool(path, bytes, opts)
+    })
 }
 
 fn empty<T: TextFloat>(cols: usize) -> Array2<T> {
@@ -1125,7 +1207,7 @@ fn layout(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Option<Lay
             return Ok(None);
         }
         let (e, next) = line_at(bytes, pos, end);
-        lone_cr(path, bytes, pos, &bytes[pos..e], comment)?;
+        lone_cr(path, bytes, pos, &bytes[pos..e])?;
         if is_data(&bytes[pos..e], comment) {
             if skipped == opts.skip_rows {
                 break pos;
@@ -1139,11 +1221,6 @@ fn layout(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Option<Lay
     let ncols = count_fields(&bytes[first..fe], &probe);
     let (col_map, nout, expand) = match &opts.usecols {
         None => (None, ncols, None),
-        Some(cols) if cols.is_empty() => {
-            return Err(Error::invalid(
-                "usecols is empty: select at least one column".to_string(),
-            ));
-        }
         Some(cols) => {
             // File column -> parsed position, in first-named order; output
             // column j -> parsed position `slots[j]`.
@@ -1193,7 +1270,7 @@ fn load_in_pool<T: TextFloat>(
         return Ok(empty(0));
     };
     let nout = lay.nout;
-    if opts.max_rows == Some(0) || nout == 0 {
+    if opts.max_rows == Some(0) {
         return Ok(empty(lay.width()));
     }
     let cfg = lay.cfg(opts);
@@ -1226,6 +1303,10 @@ struct Chunk<'a> {
     cfg: &'a Cfg<'a>,
     /// Whether [`fast_row`] may serve the rows.
     fast: bool,
+    /// Whether the lines after the chunk's last data row are read too (no
+    /// row limit stops before them): they are comment or blank lines, but
+    /// a lone CR in one would hide a row.
+    tail: bool,
 }
 
 /// Parses up to `c.take` data rows of the chunk into `out` (`take` rows of
@@ -1293,8 +1374,18 @@ fn parse_chunk<T: TextFloat, const V3: bool>(
             parse_row(line, cfg, row)
                 .map_err(|err| row_error(c.path, bytes, p, line, err, cfg.ncols))?;
             r += 1;
+        } else {
+            // A comment or blank line: a lone CR in it would hide a row.
+            lone_cr(c.path, bytes, p, line)?;
         }
         p = next;
+    }
+    if c.tail && p < e && find_byte(&bytes[p..e], b'\r').is_some() {
+        while p < e {
+            let (le, next) = line_at(bytes, p, e);
+            lone_cr(c.path, bytes, p, &bytes[p..le])?;
+            p = next;
+        }
     }
     Ok(r)
 }
@@ -1308,6 +1399,17 @@ fn parse_chunk<T: TextFloat, const V3: bool>(
 #[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
 unsafe fn parse_chunk_v3<T: TextFloat>(c: &Chunk, out: &mut [MaybeUninit<T>]) -> Result<usize> {
     parse_chunk::<T, true>(c, out)
+}
+
+/// [`parse_chunk`], built for x86-64-v3 where the CPU has it.
+fn parse_chunk_any<T: TextFloat>(c: &Chunk, out: &mut [MaybeUninit<T>]) -> Result<usize> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("bmi2") && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has the features `parse_chunk_v3` is compiled for
+        // (checked just above).
+        return unsafe { parse_chunk_v3(c, out) };
+    }
+    parse_chunk::<T, false>(c, out)
 }
 
 /// Asks Linux to back the big output buffer with transparent huge pages
@@ -1371,7 +1473,7 @@ fn parse_span<T: TextFloat>(
         chunk_bytes
     } else {
         // Small enough that the last chunks even out the threads' shares.
-        ((end - first) / (threads * 32)).clamp(1 << 16, 1 << 20)
+        ((end - first) / (threads * 32)).clamp(MIN_CHUNK, 1 << 20)
     };
     let mut bounds = vec![first];
     let mut at = first;
@@ -1428,25 +1530,37 @@ fn parse_span<T: TextFloat>(
         advise_huge_pages(out.spare_capacity_mut());
         let mut rest = &mut out.spare_capacity_mut()[..len];
 
-        // Hand each chunk its rows of the output.
+        // Hand each chunk its rows of the output. Without a binding row
+        // limit every line is read, also the chunks after the last row
+        // (comment and blank lines, checked for lone CRs).
+        let read_all = max_rows > total;
         let mut work = Vec::with_capacity(chunks.len());
         let mut left = rows;
         for (&(s, e), &(c, _)) in chunks.iter().zip(&counts) {
-            if left == 0 {
+            if left == 0 && !read_all {
                 break;
             }
             let take = c.min(left);
-            let (mine, tail) = rest.split_at_mut(take * nout);
-            rest = tail;
+            let (mine, after) = rest.split_at_mut(take * nout);
+            rest = after;
             left -= take;
-            work.push((s, e, take, mine));
+            work.push((s, e, take, mine, read_all || left > 0));
         }
         let takes: Vec<usize> = work.iter().map(|w| w.2).collect();
 
         // Pass 2: parse in place; each chunk reports the rows it parsed.
-        let got: Vec<usize> = work
+        // The error reported is the first bad line's, whatever the thread
+        // count: chunks after the lowest failing one known so far are
+        // skipped, and the lowest failing chunk always runs to its error
+        // (only a failure before it could skip it).
+        let failed = AtomicUsize::new(usize::MAX);
+        let results: Vec<Result<usize>> = work
             .into_par_iter()
-            .map(|(s, e, take, mine)| {
+            .enumerate()
+            .map(|(i, (s, e, take, mine, tail))| {
+                if i > failed.load(Ordering::Relaxed) {
+                    return Ok(0);
+                }
                 let chunk = Chunk {
                     path,
                     bytes,
@@ -1455,18 +1569,18 @@ fn parse_span<T: TextFloat>(
                     nout,
                     cfg,
                     fast,
+                    tail,
                 };
-                #[cfg(target_arch = "x86_64")]
-                if std::arch::is_x86_feature_detected!("bmi2")
-                    && std::arch::is_x86_feature_detected!("avx2")
-                {
-                    // SAFETY: the CPU has the features `parse_chunk_v3`
-                    // is compiled for (checked just above).
-                    return unsafe { parse_chunk_v3(&chunk, mine) };
+                let r = parse_chunk_any(&chunk, mine);
+                if r.is_err() {
+                    failed.fetch_min(i, Ordering::Relaxed);
                 }
-                parse_chunk::<T, false>(&chunk, mine)
+                r
             })
-            .collect::<Result<_>>()?;
+            .collect();
+        // In chunk order: the first error is the lowest failing chunk's,
+        // and every skipped chunk comes after it.
+        let got: Vec<usize> = results.into_iter().collect::<Result<_>>()?;
         if got == takes {
             // SAFETY: `len` values fit the capacity reserved above, and each
             // chunk parsed all `take` of its rows, every row writing all
@@ -1530,14 +1644,25 @@ pub fn import_into(
 ) -> Result<Imported> {
     let path = path.as_ref();
     check_options(opts)?;
-    let map = map_file(path, false)?;
-    let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+    let text = map_file(path, false)?;
+    import_text(path, &text, store, opts, batch_rows)
+}
+
+/// [`import_into`] over the file's bytes.
+fn import_text(
+    path: &Path,
+    bytes: &[u8],
+    store: &DenseCore,
+    opts: &LoadTxtOptions,
+    batch_rows: Option<usize>,
+) -> Result<Imported> {
+    let threads = threads_for(opts, bytes.len());
     if *store.dtype() == f64::dtype() {
-        in_pool(opts, || {
+        in_pool(threads, || {
             import_typed::<f64>(path, bytes, store, opts, batch_rows)
         })
     } else if *store.dtype() == f32::dtype() {
-        in_pool(opts, || {
+        in_pool(threads, || {
             import_typed::<f32>(path, bytes, store, opts, batch_rows)
         })
     } else {
@@ -1566,21 +1691,19 @@ pub fn import_to_store<T: TextFloat>(
 ) -> Result<DenseCore> {
     let path = txt_path.as_ref();
     check_options(opts)?;
-    let nout = {
-        let map = map_file(path, false)?;
-        let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
-        match layout(path, bytes, opts)? {
-            Some(l) if l.nout > 0 => l.width(),
-            _ => {
-                return Err(Error::invalid(format!(
-                    "{} holds no data columns to fix the store's item shape",
-                    path.display()
-                )));
-            }
+    // Read once: a pipe gives its bytes only once.
+    let text = map_file(path, false)?;
+    let nout = match layout(path, &text, opts)? {
+        Some(l) if l.nout > 0 => l.width(),
+        _ => {
+            return Err(Error::invalid(format!(
+                "{} holds no data columns to fix the store's item shape",
+                path.display()
+            )));
         }
     };
     let store = DenseCore::create(store_path, &T::dtype(), &[nout as u64], create)?;
-    import_into(path, &store, opts, batch_rows)?;
+    import_text(path, &text, &store, opts, batch_rows)?;
     Ok(store)
 }
 
@@ -1596,6 +1719,13 @@ fn import_typed<T: TextFloat>(
         rows: 0,
         batches: 0,
     };
+    if opts.usecols.as_ref().is_some_and(Vec::is_empty) {
+        // loadtxt gives such rows as an (n, 0) array; a store item needs a
+        // value.
+        return Err(Error::invalid(
+            "usecols is empty: select at least one column to import".to_string(),
+        ));
+    }
     let Some(lay) = layout(path, bytes, opts)? else {
         return Ok(done);
     };
@@ -1681,7 +1811,7 @@ mod tests {
         let a = pool_of(n).unwrap();
         let b = pool_of(n).unwrap();
         assert!(Arc::ptr_eq(&a, &b), "same count, same pool");
-        let seen = in_pool(&opts, || Ok(rayon::current_num_threads())).unwrap();
+        let seen = in_pool(n, || Ok(rayon::current_num_threads())).unwrap();
         assert_eq!(seen, n);
         // Another count replaces the kept pool; the old one stays usable by
         // whoever holds it.
@@ -1965,6 +2095,7 @@ mod tests {
             nout: lay.nout,
             cfg: &cfg,
             fast: true,
+            tail: true,
         };
         let rows = if V3 {
             // SAFETY: only called when the CPU has AVX2 and BMI2.
@@ -2147,7 +2278,8 @@ mod tests {
                 token,
                 ..
             }) => {
-                assert_eq!((line, column, token.as_str()), (4, 1, "x4"));
+                // Line and column both count from 1: "x4" is the 2nd field.
+                assert_eq!((line, column, token.as_str()), (4, 2, "x4"));
             }
             other => panic!("{other:?}"),
         }
@@ -2173,7 +2305,7 @@ mod tests {
         match load64("1,2\n3, \n", &csv) {
             Err(Error::TextParse {
                 line: 2,
-                column: 1,
+                column: 2,
                 token,
                 ..
             }) => assert_eq!(token, ""),
@@ -2184,6 +2316,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(loadtxt_bytes::<f64>(b"1 \xff\xfe\n", &o).is_err());
+        let msg = load64("1 2 3\n4 x 6\n", &o).unwrap_err().to_string();
+        assert!(msg.contains("<memory>:2: column 2:"), "{msg}");
+        let first = load64("x 2\n", &o).unwrap_err().to_string();
+        assert!(first.contains("<memory>:1: column 1:"), "{first}");
     }
 
     #[test]
@@ -2307,16 +2443,207 @@ mod tests {
         };
         let msg = load64("1\r2\n", &cr).unwrap_err().to_string();
         assert!(msg.contains("cannot be a line ending"), "{msg}");
-        // CRLF, a CR ending the text, and a CR inside a comment are fine.
+        // CRLF and a CR ending the text are fine, also after a comment.
         let two = ndarray::array![[1.0, 2.0], [3.0, 4.0]];
         assert_eq!(load_both("1 2\r\n3 4\r\n", &o).unwrap(), two);
         assert_eq!(load_both("1 2\r\n3 4\r", &o).unwrap(), two);
-        assert_eq!(load_both("1 2 # a\rb\n3 4\n", &o).unwrap(), two);
+        assert_eq!(load_both("1 2 # a\r\n3 4 # b\r", &o).unwrap(), two);
+        assert_eq!(load_both("# h\r\n1 2\n# c\r\n3 4\n# t\r", &o).unwrap(), two);
         let msg = load64("1 2\r3 4\n", &o).unwrap_err().to_string();
         assert!(
             msg.contains("<memory>:1") && msg.contains("lone carriage return"),
             "{msg}"
         );
+    }
+
+    /// Regression: a lone CR inside a comment went unchecked, so the rows
+    /// after it (which NumPy reads as lines of their own) vanished:
+    /// `# x y\r1 2\r3 4\r` gave an empty array, `1 2 # note\r3 4\n5 6\n`
+    /// two rows.
+    #[test]
+    fn a_lone_carriage_return_in_a_comment_is_an_error_too() {
+        let o = LoadTxtOptions::default();
+        let csv = LoadTxtOptions {
+            delimiter: Some(b','),
+            ..o.clone()
+        };
+        let usecols = |o: &LoadTxtOptions| LoadTxtOptions {
+            usecols: Some(vec![1, 0]),
+            ..o.clone()
+        };
+        let digit = LoadTxtOptions {
+            comments: Some(b'7'),
+            ..o.clone()
+        };
+        let lone = |text: &str, o: &LoadTxtOptions, at: u64| match load_both(text, o) {
+            Err(Error::TextLineEnding { line, .. }) => assert_eq!(line, at, "{text:?}"),
+            other => panic!("{text:?}: {other:?}"),
+        };
+        for o in [&o, &usecols(&o)] {
+            // In a header comment line, before any data.
+            lone("# x y\r1 2\r3 4\r", o, 1);
+            // In a comment after data: the fast rows' path.
+            lone("1 2 # note\r3 4\n5 6\n", o, 1);
+            lone("0 0\n1 2 # note\r3 4\n5 6\n", o, 2);
+            // In a comment line among the data, and in the last lines
+            // (after the chunk's last data row).
+            lone("1 2\n# c\r3 4\n5 6\n", o, 2);
+            lone("1 2\n3 4\n# c\r5 6\n", o, 3);
+            lone("1 2\n3 4\n# c\r5 6", o, 3);
+            lone("1 2\n3 4\n\r\r\n", o, 3);
+            // A skipped header row with a comment.
+            lone(
+                "h h # c\r1 2\n3 4\n",
+                &LoadTxtOptions {
+                    skip_rows: 1,
+                    ..o.clone()
+                },
+                1,
+            );
+        }
+        for o in [&csv, &usecols(&csv)] {
+            lone("1,2 # note\r3,4\n5,6\n", o, 1);
+            lone("1,2\n3,4#\r5,6\n", o, 2);
+            lone("# h\r1,2\n", o, 1);
+        }
+        // A comment byte numbers contain (the line is cut there first).
+        lone("1 2\n3 475\r6\n", &digit, 2);
+        // A long file, so the rows meet the vector parsers and many chunks.
+        let mut text = "1.5 2.25\n".repeat(3000);
+        text.push_str("3 4 # c\r5 6\n");
+        text.push_str(&"1.5 2.25\n".repeat(3000));
+        lone(&text, &o, 3001);
+        // With a row limit that stops before it, the CR is never read.
+        let two = LoadTxtOptions {
+            max_rows: Some(2),
+            ..o.clone()
+        };
+        assert_eq!(load_both("1 2\n3 4\n# c\r5 6\n", &two).unwrap().nrows(), 2);
+    }
+
+    /// Regression: with several bad lines, the error named whichever chunk
+    /// failed first in time (with 2 threads often a later line).
+    #[test]
+    fn the_error_names_the_first_bad_line_whatever_the_threads() {
+        let mut lines = vec!["1 2 3\n"; 20_000];
+        lines[9_000] = "1 x 3\n";
+        for j in (10_000..20_000).step_by(500) {
+            lines[j] = "1 2\n";
+        }
+        let text = lines.concat();
+        for threads in [1, 2, 3, 8] {
+            for chunk_bytes in [0, 1, 64, 4096] {
+                let o = LoadTxtOptions {
+                    threads,
+                    chunk_bytes,
+                    ..Default::default()
+                };
+                for _ in 0..3 {
+                    match load64(&text, &o) {
+                        Err(Error::TextParse { line, column, .. }) => {
+                            assert_eq!((line, column), (9_001, 2), "{threads} {chunk_bytes}")
+                        }
+                        other => panic!("{threads} {chunk_bytes}: {other:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn threads_are_clamped_to_the_chunks_and_the_cores() {
+        let many = |threads, chunk_bytes| LoadTxtOptions {
+            threads,
+            chunk_bytes,
+            ..Default::default()
+        };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // A 2-line file: one chunk, one thread, not a 3000-thread pool.
+        assert_eq!(threads_for(&many(3000, 0), 8), 1);
+        assert_eq!(threads_for(&many(3000, 0), 0), 1);
+        assert_eq!(threads_for(&many(3, 1), 2), 2);
+        assert_eq!(threads_for(&many(3000, 1), 1 << 20), 4 * cores);
+        assert_eq!(threads_for(&many(2, 0), 1 << 30), 2.min(4 * cores));
+        assert_eq!(threads_for(&many(0, 0), 1 << 30), 0);
+        let o = many(3000, 0);
+        let seen = in_pool(threads_for(&o, 8), || Ok(rayon::current_num_threads())).unwrap();
+        assert_eq!(seen, 1);
+        assert_eq!(
+            loadtxt_bytes::<f64>(b"1 2\n3 4\n", &o).unwrap(),
+            ndarray::array![[1.0, 2.0], [3.0, 4.0]]
+        );
+    }
+
+    #[test]
+    fn empty_usecols_gives_a_column_less_row_per_data_row() {
+        let o = LoadTxtOptions {
+            usecols: Some(vec![]),
+            ..Default::default()
+        };
+        assert_eq!(load_both("1 2\n# c\n3 4\n", &o).unwrap().shape(), &[2, 0]);
+        assert_eq!(load_both("# c\n", &o).unwrap().shape(), &[0, 0]);
+        let limited = LoadTxtOptions {
+            max_rows: Some(1),
+            ..o.clone()
+        };
+        assert_eq!(load_both("1 2\n3 4\n", &limited).unwrap().shape(), &[1, 0]);
+        // Rows must still agree on their field count.
+        assert!(matches!(
+            load_both("1 2\n3 4 5\n", &o),
+            Err(Error::TextColumns { .. })
+        ));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn pipes_and_fifos_are_read_whole_not_taken_for_empty() {
+        use std::io::Write;
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let o = LoadTxtOptions::default();
+        let want = ndarray::array![[1.0, 2.0], [3.0, 4.0]];
+        // An anonymous pipe through /dev/fd, as bash's `<(zcat x.gz)`.
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: pipe(2) just opened both; each is owned once, here.
+        let (r, mut w) = unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        };
+        w.write_all(b"1 2\n3 4\n").unwrap();
+        drop(w);
+        let p = format!("/dev/fd/{}", r.as_raw_fd());
+        assert_eq!(loadtxt::<f64>(&p, &o).unwrap(), want);
+        drop(r);
+        // A named FIFO, written by another thread.
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::write(fifo, "5 6\n7 8\n").unwrap())
+        };
+        let got = loadtxt::<f64>(&fifo, &o).unwrap();
+        writer.join().unwrap();
+        assert_eq!(got, ndarray::array![[5.0, 6.0], [7.0, 8.0]]);
+        // A procfs file reports size 0 but holds a number.
+        #[cfg(target_os = "linux")]
+        {
+            let pid_max = Path::new("/proc/sys/kernel/pid_max");
+            if pid_max.exists() {
+                let a = loadtxt::<f64>(pid_max, &o).unwrap();
+                assert_eq!(a.shape(), &[1, 1]);
+                assert!(a[[0, 0]] > 0.0);
+            }
+        }
+        // A truly empty regular file is still the empty result.
+        let empty = dir.path().join("empty.txt");
+        std::fs::write(&empty, "").unwrap();
+        assert_eq!(loadtxt::<f64>(&empty, &o).unwrap().shape(), &[0, 0]);
     }
 
     #[test]

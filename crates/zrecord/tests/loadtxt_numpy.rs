@@ -263,7 +263,7 @@ fn errors_report_the_physical_line_even_in_late_chunks() {
         }) => {
             assert_eq!(
                 (line, column, token.as_str()),
-                (lines_before as u64 + 1, 1, "2abc")
+                (lines_before as u64 + 1, 2, "2abc")
             );
         }
         other => panic!("{other:?}"),
