@@ -1,0 +1,153 @@
+"""Feeding a GPU through the DataLoader: ours against loaderx 1.7.2.
+
+A training-shaped loop on a machine with CUDA and PyTorch: image-like uint8
+records of 224 x 224 x 3 with an int64 label, batch 256, 4 workers, the
+transform turns each batch into torch tensors on the worker threads, and the
+loop copies them to the GPU and runs a small reduction on them (a stand-in
+for the model's first layer), synchronizing every step. Both packages read
+the same store files (written once by ours; the bytes are the reference's
+format). The sides alternate, each round in a fresh process, and the figure
+is images per second; the ceiling is the same loop over one batch already in
+host memory (the copy to the GPU and the reduction alone).
+
+    python feed_gpu.py --ours PY --ref PY [--records 2048] [--rounds 3]
+
+PY: an interpreter (or a wrapper script) that imports that side's `loaderx`
+and torch. Run without a GPU it uses the CPU and says so.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SHAPE = (224, 224, 3)
+
+
+def make_data(n, seed):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:SHAPE[0], 0:SHAPE[1]]
+    out = np.empty((n,) + SHAPE, np.uint8)
+    for i in range(n):
+        a, b, c = rng.uniform(0.01, 0.05, 3)
+        base = 128 + 100 * np.sin(a * x + b * y + c * i)
+        noise = rng.integers(0, 24, SHAPE, dtype=np.uint8)
+        out[i] = (base[..., None] + noise).clip(0, 255).astype(np.uint8)
+    return out, rng.integers(0, 1000, n).astype(np.int64)
+
+
+def build(path, codec, n):
+    import numpy as np
+    from loaderx.zrecord import DenseStore
+    images, labels = make_data(n, 7)
+    with DenseStore(os.path.join(path, "image"), np.dtype("u1"), SHAPE, codec) as s:
+        s.append(images)
+    with DenseStore(os.path.join(path, "label"), np.dtype("i8"), (), "raw") as s:
+        s.append(labels)
+
+
+def side(path, batches, ceiling):
+    import torch
+    from loaderx.zrecord import DenseStore
+    from loaderx.dataloader import DataLoader
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def step(x, y):
+        x = x.to(dev, non_blocking=True)
+        y = y.to(dev, non_blocking=True)
+        s = x.float().mean(dim=(1, 2, 3)) + y.float()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        return s
+
+    if ceiling:
+        import numpy as np
+        x = torch.from_numpy(np.full((256,) + SHAPE, 3, np.uint8))
+        y = torch.arange(256)
+        for _ in range(3):
+            step(x, y)
+        t = time.perf_counter()
+        for _ in range(batches):
+            step(x, y)
+        return {"images_per_s": 256 * batches / (time.perf_counter() - t), "device": str(dev)}
+
+    def to_torch(batch):
+        return torch.from_numpy(batch["image"]), torch.from_numpy(batch["label"])
+
+    loader = DataLoader({"image": DenseStore(os.path.join(path, "image")),
+                         "label": DenseStore(os.path.join(path, "label"))},
+                        num_workers=4, batch_size=256, prefetch_size=4, mode=2, seed=42,
+                        transform=to_torch)
+    try:
+        for _ in range(8):  # warm: page cache, pools, the prefetched batches
+            step(*next(loader))
+        t = time.perf_counter()
+        for _ in range(batches):
+            step(*next(loader))
+        return {"images_per_s": 256 * batches / (time.perf_counter() - t), "device": str(dev)}
+    finally:
+        loader.close()
+
+
+def run(python, *args):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    p = subprocess.run([python, os.path.abspath(__file__), *args],
+                       capture_output=True, text=True, env=env)
+    if p.returncode:
+        raise SystemExit(f"{python} {' '.join(args)} failed:\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else None
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ("build", "side"):
+        if sys.argv[1] == "build":
+            build(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        else:
+            print(json.dumps(side(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1")))
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ours", required=True)
+    ap.add_argument("--ref", required=True)
+    ap.add_argument("--records", type=int, default=2048)
+    ap.add_argument("--batches", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--codecs", default="raw,zstd")
+    a = ap.parse_args()
+    base = tempfile.mkdtemp(prefix="feed-gpu-")
+    try:
+        rows = []
+        ceil = [run(a.ours, "side", base, str(a.batches), "1") for _ in range(2)]
+        dev = ceil[0]["device"]
+        ceiling = max(c["images_per_s"] for c in ceil)
+        for codec in a.codecs.split(","):
+            path = os.path.join(base, codec)
+            os.makedirs(path)
+            run(a.ours, "build", path, codec, str(a.records))
+            got = {"ours": [], "ref": []}
+            for r in range(a.rounds):
+                order = ("ours", "ref") if r % 2 == 0 else ("ref", "ours")
+                for name in order:
+                    py = a.ours if name == "ours" else a.ref
+                    got[name].append(run(py, "side", path, str(a.batches), "0")["images_per_s"])
+            ratios = [o / f for o, f in zip(got["ours"], got["ref"])]
+            rows.append((codec, statistics.median(got["ref"]), statistics.median(got["ours"]),
+                         statistics.median(ratios)))
+            shutil.rmtree(path)
+        print(f"device {dev}; {a.records} records of 224x224x3 uint8 + int64 label, batch 256, "
+              f"4 workers, {a.batches} timed batches per round, {a.rounds} alternating rounds")
+        print(f"ceiling (one host batch copied to the device + the reduction): {ceiling:,.0f} images/s")
+        print("| codec | loaderx 1.7.2 images/s | ours images/s | ours vs ref (median of rounds) | ours / ceiling |")
+        print("|---|---:|---:|---:|---:|")
+        for codec, ref, ours, ratio in rows:
+            print(f"| {codec} | {ref:,.0f} | {ours:,.0f} | {ratio:.2f}x | {ours / ceiling:.2f} |")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
