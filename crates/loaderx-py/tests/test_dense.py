@@ -390,3 +390,34 @@ def test_one_record_read_equals_a_batch_of_one(tmp_path, codec, dtype, shape):
         with pytest.raises(IndexOutOfRange, match=f"index {bad} is out of range for {n}"):
             s[bad]
     s.close()
+
+
+@ours_only
+def test_index_arrays_of_every_integer_kind(tmp_path):
+    """Index arrays of any integer width, byte order or stride name the same
+    records, negatives wrap, and nothing out of range wraps into range."""
+    from loaderx.zrecord import IndexOutOfRange
+    n = 200
+    data = np.arange(n, dtype=np.int32)
+    with DenseStore(tmp_path / "s", np.int32, ()) as s:
+        s.append(data)
+    s = DenseStore(tmp_path / "s", read_only=True)
+    want = [199, 0, 5, 150]
+    for dt in ("<i1", "<i2", ">i4", "<i8", ">i8"):
+        idx = np.array([-1, 0, 5, -50], dtype=dt)
+        np.testing.assert_array_equal(s[idx], data[want])
+    for dt in ("<u1", "<u2", ">u4", "<u8", ">u8"):
+        idx = np.array([199, 0, 5, 150], dtype=dt)
+        np.testing.assert_array_equal(s[idx], data[want])
+    strided = np.array([199, 1, 0, 1, 5, 1, 150], dtype=np.int64)[::2]
+    np.testing.assert_array_equal(s[strided], data[want])
+    np.testing.assert_array_equal(s[np.array([[1, 2], [3, -1]])], data[[1, 2, 3, 199]])
+    # 2^64 - 1 as uint64 (either byte order) is far out of range, not -1.
+    for dt in ("<u8", ">u8"):
+        with pytest.raises(IndexOutOfRange, match=f"index {2**64 - 1} is out of range for {n}"):
+            s[np.array([3, 2**64 - 1], dtype=dt)]
+    with pytest.raises(IndexOutOfRange, match=f"index -201 is out of range for {n}"):
+        s[np.array([-201, 500])]
+    with pytest.raises(IndexOutOfRange, match=f"index 500 is out of range for {n}"):
+        s[[-200, 500]]
+    s.close()

@@ -304,20 +304,15 @@ class _Base:
                 f"valid record indices, got an array of {idxs.dtype}"
             )
         idxs = idxs.reshape(-1)
-        if idxs.dtype.kind == "i":
-            lo = int(idxs.min())
-            if lo < 0:
-                if lo < -n:
-                    raise IndexOutOfRange(
-                        None, f"{self.path}: index {lo} is out of range for {n} records"
-                    )
-                idxs = np.where(idxs < 0, idxs + n, idxs)
-        hi = int(idxs.max())
-        if hi >= n:
-            raise IndexOutOfRange(
-                None, f"{self.path}: index {hi} is out of range for {n} records"
-            )
-        return np.ascontiguousarray(idxs, dtype=np.uint64)
+        # Native-order uint64 or int64 (any other width or byte order is
+        # widened first, unsigned staying unsigned so no value wraps).
+        if idxs.dtype.kind == "u":
+            if idxs.dtype != np.uint64:
+                idxs = idxs.astype(np.uint64)
+        elif idxs.dtype != np.int64:
+            idxs = idxs.astype(np.int64)
+        # Range check, negatives wrapped and the copy, in one native pass.
+        return _native.positions(idxs, n, str(self.path))
 
     def __getitem__(self, idx):
         """A scalar returns one record; anything else is a record set —
