@@ -336,7 +336,9 @@ class DataLoader:
 
         Args:
             streams (dict[str, DenseStore | RaggedStore]): Named streams, all
-                holding the same number of records.
+                holding the same number of records. Any other object with
+                ``__len__`` and ``__getitems__(uint64 indices)`` works too;
+                its ``__getitems__`` is called from one thread at a time.
             num_workers (int): Threads that run ``transform`` (at least 1).
             batch_size (int): Indices per global batch.
             prefetch_size (int): Finished batches kept ready ahead of the
