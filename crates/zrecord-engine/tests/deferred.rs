@@ -43,6 +43,7 @@ fn expect(e: &Engine, ks: std::ops::Range<u8>) {
 
 #[test]
 fn deferred_appends_sync_nothing_until_sync() {
+    let _g = serial();
     let v = SimVfs::new();
     let e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&v)).unwrap();
     assert_eq!(e.durability(), Durability::AtSync);
@@ -70,6 +71,7 @@ fn deferred_appends_sync_nothing_until_sync() {
 
 #[test]
 fn a_kill_keeps_every_returned_append_and_a_power_cut_the_synced_ones() {
+    let _g = serial();
     for codec in [Codec::Raw, Codec::Zstd] {
         let v = SimVfs::new();
         let e = Engine::create_with(DIR, &deferred(codec), cfg(&v)).unwrap();
@@ -117,6 +119,7 @@ fn a_kill_keeps_every_returned_append_and_a_power_cut_the_synced_ones() {
 
 #[test]
 fn delete_compact_and_a_switch_to_each_append_make_deferred_appends_durable() {
+    let _g = serial();
     let v = SimVfs::new();
     let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
     append(&e, 0..6);
@@ -150,6 +153,7 @@ fn delete_compact_and_a_switch_to_each_append_make_deferred_appends_durable() {
 
 #[test]
 fn dropping_a_deferred_handle_syncs() {
+    let _g = serial();
     let v = SimVfs::new();
     let e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&v)).unwrap();
     append(&e, 0..4);
@@ -162,6 +166,7 @@ fn dropping_a_deferred_handle_syncs() {
 
 #[test]
 fn a_torn_or_foreign_marker_leaves_meta_standing() {
+    let _g = serial();
     // A marker torn before it was durable means no deferred append started.
     let v = SimVfs::new();
     let e = Engine::create_with(DIR, &CreateOptions::new(Codec::Raw), cfg(&v)).unwrap();
@@ -179,6 +184,7 @@ fn a_torn_or_foreign_marker_leaves_meta_standing() {
 
 #[test]
 fn a_marker_naming_another_codec_is_a_clear_error() {
+    let _g = serial();
     // Write a real marker from a zstd store, then put it beside a raw one.
     let z = SimVfs::new();
     let e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&z)).unwrap();
@@ -200,6 +206,7 @@ fn a_marker_naming_another_codec_is_a_clear_error() {
 
 #[test]
 fn real_file_system_markers_come_and_go() {
+    let _g = serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
     let m = dir.join("durable.zr");
@@ -224,9 +231,10 @@ fn fnv(b: &[u8]) -> u64 {
     })
 }
 
-/// The fork test runs alone against the real-file-system tests that
-/// compact: its fork counts for their handles, whose compaction would then
-/// (rightly) refuse.
+/// The fork test runs alone: its child inherits every file open in this
+/// process at that moment, so a concurrent test's handle would keep its
+/// store's lock (a reopen after close saw `StoreBusy`) and its fork would
+/// count against that handle's compaction. Every test here takes it.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -288,6 +296,7 @@ fn real_file_system_rolls_back_when_the_marker_names_another_boot() {
 
 #[test]
 fn an_open_falls_back_to_the_marker_when_meta_names_missing_bytes() {
+    let _g = serial();
     // Same boot, yet the files lack what meta.zr names (a failed write-back,
     // a device that lost power on its own): the marker's header is durable.
     let v = SimVfs::new();
