@@ -1095,23 +1095,14 @@ fn pool_of(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
     Ok(pool)
 }
 
-/// The threads a parse of `len` bytes uses for `opts.threads` (0: the
-/// current pool): no more than it has chunks (at least 64 KiB each, or
-/// `opts.chunk_bytes`), nor than four per core. More would only start
-/// (and keep) idle threads; the result does not depend on the count.
-fn threads_for(opts: &LoadTxtOptions, len: usize) -> usize {
-    if opts.threads == 0 {
-        return 0;
-    }
-    let chunk = if opts.chunk_bytes > 0 {
-        opts.chunk_bytes
-    } else {
-        MIN_CHUNK
-    };
+/// The threads a parse uses for `opts.threads` (0: the current pool): at
+/// most four per core, since more would only start (and keep) idle threads;
+/// the result does not depend on the count. Not clamped to the file's
+/// chunks: the one kept pool is keyed by its size, so a size that followed
+/// each file would rebuild the pool whenever files alternate.
+fn threads_for(opts: &LoadTxtOptions) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    opts.threads
-        .min(len.div_ceil(chunk).max(1))
-        .min(cores.saturating_mul(4))
+    opts.threads.min(cores.saturating_mul(4))
 }
 
 /// The smallest chunk [`parse_span`] cuts when it picks the size itself.
@@ -1141,9 +1132,7 @@ fn in_pool<R: Send>(threads: usize, f: impl FnOnce() -> Result<R> + Send) -> Res
 
 fn load<T: TextFloat>(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Array2<T>> {
     check_options(opts)?;
-    in_pool(threads_for(opts, bytes.len()), || {
-        load_in_pool(path, bytes, opts)
-    })
+    in_pool(threads_for(opts), || load_in_pool(path, bytes, opts))
 }
 
 fn empty<T: TextFloat>(cols: usize) -> Array2<T> {
@@ -1656,7 +1645,7 @@ fn import_text(
     opts: &LoadTxtOptions,
     batch_rows: Option<usize>,
 ) -> Result<Imported> {
-    let threads = threads_for(opts, bytes.len());
+    let threads = threads_for(opts);
     if *store.dtype() == f64::dtype() {
         in_pool(threads, || {
             import_typed::<f64>(path, bytes, store, opts, batch_rows)
@@ -2551,23 +2540,22 @@ mod tests {
     }
 
     #[test]
-    fn threads_are_clamped_to_the_chunks_and_the_cores() {
+    fn threads_are_clamped_to_the_cores_whatever_the_file() {
         let many = |threads, chunk_bytes| LoadTxtOptions {
             threads,
             chunk_bytes,
             ..Default::default()
         };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // A 2-line file: one chunk, one thread, not a 3000-thread pool.
-        assert_eq!(threads_for(&many(3000, 0), 8), 1);
-        assert_eq!(threads_for(&many(3000, 0), 0), 1);
-        assert_eq!(threads_for(&many(3, 1), 2), 2);
-        assert_eq!(threads_for(&many(3000, 1), 1 << 20), 4 * cores);
-        assert_eq!(threads_for(&many(2, 0), 1 << 30), 2.min(4 * cores));
-        assert_eq!(threads_for(&many(0, 0), 1 << 30), 0);
+        // A 2-line file: not a 3000-thread pool.
+        assert_eq!(threads_for(&many(3000, 0)), 4 * cores);
+        // The same count for any file, so alternating small and large
+        // files keeps the one cached pool.
+        assert_eq!(threads_for(&many(2, 0)), 2.min(4 * cores));
+        assert_eq!(threads_for(&many(0, 0)), 0);
         let o = many(3000, 0);
-        let seen = in_pool(threads_for(&o, 8), || Ok(rayon::current_num_threads())).unwrap();
-        assert_eq!(seen, 1);
+        let seen = in_pool(threads_for(&o), || Ok(rayon::current_num_threads())).unwrap();
+        assert_eq!(seen, 4 * cores);
         assert_eq!(
             loadtxt_bytes::<f64>(b"1 2\n3 4\n", &o).unwrap(),
             ndarray::array![[1.0, 2.0], [3.0, 4.0]]
