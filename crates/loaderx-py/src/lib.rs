@@ -423,19 +423,12 @@ impl PyDenseCore {
         i: u64,
         dtype: Bound<'py, PyArrayDescr>,
     ) -> PyResult<Bound<'py, numpy::PyUntypedArray>> {
-        if dtype.has_subarray() {
-            // NumPy would append the subarray's dims (more bytes than one
-            // record); stores never hold such a dtype.
-            return Err(PyValueError::new_err(
-                "get needs a dtype without a subarray",
-            ));
-        }
+        plain_bytes_dtype(&dtype)?;
         let (shape, bytes) = self.with(py, |c| {
             let shape: Vec<usize> = c.item_shape().iter().map(|&d| d as usize).collect();
             (shape, c.record_bytes())
         })?;
         let itemsize = dtype.itemsize();
-        let out = new_array(py, dtype, &shape)?;
         let nbytes = shape
             .iter()
             .try_fold(itemsize, |acc, &d| acc.checked_mul(d));
@@ -444,6 +437,7 @@ impl PyDenseCore {
                 "a record of {bytes} bytes is not {shape:?} items of {itemsize} bytes"
             )));
         }
+        let out = new_array(py, dtype, &shape)?;
         // SAFETY: `out` was just made here, C-contiguous, holding exactly
         // `bytes` bytes (checked above) at its data pointer, and no other
         // reference to it exists yet, so this is the only view of them.
@@ -594,13 +588,7 @@ fn ragged_views<'py>(
     dtype: &Bound<'py, PyArrayDescr>,
 ) -> PyResult<Bound<'py, PyList>> {
     use numpy::npyffi::{self, PY_ARRAY_API};
-    if dtype.has_subarray() {
-        // NumPy would append the subarray's dims (a larger array than the
-        // bytes checked below); stores never hold such a dtype.
-        return Err(PyValueError::new_err(
-            "a ragged gather needs a dtype without a subarray",
-        ));
-    }
+    plain_bytes_dtype(dtype)?;
     let itemsize = dtype.itemsize();
     let packed = new_array1::<u8>(py, batch.data().len())?;
     packed
@@ -925,6 +913,26 @@ fn sampler_err(e: zsampler::Error) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
+/// Refuses a dtype whose arrays cannot simply be filled with stored bytes:
+/// one holding Python objects (bytes there would be taken for object
+/// pointers) or one with a subarray (NumPy would append its dims, a larger
+/// array than one record). Stores never hold either; the check stands
+/// between the unsafe fills below and a `dtype` attribute changed from
+/// Python.
+fn plain_bytes_dtype(dtype: &Bound<'_, PyArrayDescr>) -> PyResult<()> {
+    if dtype.has_object() {
+        return Err(PyValueError::new_err(format!(
+            "cannot read records as {dtype}: it holds Python objects"
+        )));
+    }
+    if dtype.has_subarray() {
+        return Err(PyValueError::new_err(format!(
+            "cannot read records as {dtype}: a dtype with a subarray"
+        )));
+    }
+    Ok(())
+}
+
 /// A new, uninitialised C-order array of `descr` shaped `dims`. A failed
 /// allocation is Python's `MemoryError` (rust-numpy's own constructors
 /// panic instead).
@@ -1110,12 +1118,16 @@ impl PySampler {
 // ---------------------------------------------------------------------------
 // index arrays
 
-/// The record positions named by a 1-D `int64` or `uint64` index array over
-/// `n` records (negative ones counting from the end), as a new `uint64`
-/// array; an index out of range is `IndexOutOfRange` naming the store, the
-/// lowest such negative index or else the highest index, and `n`. One pass,
-/// where NumPy's `min`, `max`, `where` and a cast cost a few microseconds
-/// each on the short index lists a map-style `Dataset` gathers.
+/// The record positions named by a 1-D, C-contiguous, aligned `int64` or
+/// `uint64` index array over `n` records (negative ones counting from the
+/// end); an index out of range is `IndexOutOfRange` naming the store, the
+/// lowest such negative index or else the highest index, and `n`. A
+/// `uint64` array in range is returned as it is (what a sampler draws); an
+/// `int64` one becomes a new `uint64` array. One pass over slices (which
+/// the compiler vectorises), where NumPy's `min`, `max`, `where` and a cast
+/// cost a few microseconds each on the short lists a map-style `Dataset`
+/// gathers. Any other layout is a `TypeError` (the Python caller makes one
+/// first).
 #[pyfunction]
 fn positions<'py>(
     py: Python<'py>,
@@ -1131,28 +1143,21 @@ fn positions<'py>(
         )
     };
     if let Ok(a) = idxs.cast::<numpy::PyArray1<u64>>() {
-        let a = a.readonly();
-        let a = a.as_array();
-        if let Some(&hi) = a.iter().max()
+        let hi = {
+            let r = a.readonly();
+            r.as_slice()?.iter().copied().max()
+        };
+        if let Some(hi) = hi
             && hi >= n
         {
             return Err(out_of_range(i128::from(hi)));
         }
-        let out = new_array1::<u64>(py, a.len())?;
-        out.readwrite()
-            .as_slice_mut()?
-            .iter_mut()
-            .zip(a.iter())
-            .for_each(|(o, &i)| *o = i);
-        return Ok(out);
+        return Ok(a.clone());
     }
-    let a = idxs.cast::<numpy::PyArray1<i64>>()?.readonly();
-    let a = a.as_array();
-    let (lo, hi) = a
-        .iter()
-        .fold((i64::MAX, i64::MIN), |(lo, hi), &i| (lo.min(i), hi.max(i)));
+    let r = idxs.cast::<numpy::PyArray1<i64>>()?.readonly();
+    let a = r.as_slice()?;
     let n_i = i128::from(n);
-    if !a.is_empty() {
+    if let (Some(lo), Some(hi)) = (a.iter().copied().min(), a.iter().copied().max()) {
         if i128::from(lo) < -n_i {
             return Err(out_of_range(i128::from(lo)));
         }
@@ -1161,19 +1166,18 @@ fn positions<'py>(
         }
     }
     let out = new_array1::<u64>(py, a.len())?;
-    out.readwrite()
-        .as_slice_mut()?
-        .iter_mut()
-        .zip(a.iter())
+    {
+        let mut w = out.readwrite();
         // In range (checked above): a negative `i` is at least `-n`, so
-        // `n + i` lies in `0..n`.
-        .for_each(|(o, &i)| {
+        // `n + i` (wrapping in u64) is a position in `0..n`.
+        for (o, &i) in w.as_slice_mut()?.iter_mut().zip(a) {
             *o = if i < 0 {
-                (n_i + i128::from(i)) as u64
+                n.wrapping_add(i as u64)
             } else {
                 i as u64
-            }
-        });
+            };
+        }
+    }
     Ok(out)
 }
 

@@ -421,3 +421,46 @@ def test_index_arrays_of_every_integer_kind(tmp_path):
     with pytest.raises(IndexOutOfRange, match=f"index 500 is out of range for {n}"):
         s[[-200, 500]]
     s.close()
+
+
+@ours_only
+def test_an_object_dtype_set_from_python_is_refused_not_filled(tmp_path):
+    """Store bytes are never written into an array of Python objects, even
+    when the handle's ``dtype`` attribute is changed to one (a crash once);
+    run in a child so that a regression cannot take pytest down with it."""
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np\n"
+        "from loaderx.zrecord import DenseStore, RaggedStore\n"
+        "with DenseStore('d', np.int64, (2,), 'raw') as s:\n"
+        "    s.append(np.arange(8, dtype=np.int64).reshape(4, 2))\n"
+        "with RaggedStore('r', np.int64, codec='raw') as r:\n"
+        "    r.append([np.arange(3, dtype=np.int64)])\n"
+        "for h in (DenseStore('d'), RaggedStore('r')):\n"
+        "    h.dtype = np.dtype(object)\n"
+        "    try:\n"
+        "        print(repr(h[0]))\n"
+        "    except (TypeError, ValueError) as e:\n"
+        "        print('refused', e)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("refused") == 2, r.stdout
+
+
+@ours_only
+def test_unaligned_and_strided_index_arrays(tmp_path):
+    n = 100
+    data = np.arange(n, dtype=np.int32)
+    with DenseStore(tmp_path / "s", np.int32, ()) as s:
+        s.append(data)
+    s = DenseStore(tmp_path / "s", read_only=True)
+    for dt in (np.int64, np.uint64):
+        vals = np.array([5, 99, 0, 42], dtype=dt)
+        raw = np.frombuffer(b"\0" + vals.tobytes(), dtype=dt, count=4, offset=1)
+        assert not raw.flags.aligned
+        np.testing.assert_array_equal(s[raw], data[[5, 99, 0, 42]])
+        np.testing.assert_array_equal(s[np.array([9, 0, 8, 0, 7], dtype=dt)[::2]], data[[9, 8, 7]])
+    s.close()

@@ -304,13 +304,12 @@ class _Base:
                 f"valid record indices, got an array of {idxs.dtype}"
             )
         idxs = idxs.reshape(-1)
-        # Native-order uint64 or int64 (any other width or byte order is
-        # widened first, unsigned staying unsigned so no value wraps).
-        if idxs.dtype.kind == "u":
-            if idxs.dtype != np.uint64:
-                idxs = idxs.astype(np.uint64)
-        elif idxs.dtype != np.int64:
-            idxs = idxs.astype(np.int64)
+        # Native-order, aligned, C-contiguous uint64 or int64 (any other
+        # width or byte order is widened first, unsigned staying unsigned so
+        # no value wraps).
+        want = np.uint64 if idxs.dtype.kind == "u" else np.int64
+        if idxs.dtype != want or not (idxs.flags.c_contiguous and idxs.flags.aligned):
+            idxs = np.require(idxs, dtype=want, requirements="CA")
         # Range check, negatives wrapped and the copy, in one native pass.
         return _native.positions(idxs, n, str(self.path))
 
