@@ -640,14 +640,37 @@ class _FileLikeStream:
         return np.asarray(out, dtype=np.int64)
 
 
-def test_a_foreign_stream_is_gathered_one_call_at_a_time():
+class _Column:
+    """One column of a table behind a shared seek-then-read handle."""
+
+    def __init__(self, handle, scale):
+        self.handle, self.scale = handle, scale
+
+    def __len__(self):
+        return self.handle.n
+
+    def __getitems__(self, idxs):
+        return self.handle.__getitems__(idxs) * self.scale
+
+
+@pytest.mark.parametrize("layout", ["one", "same object twice", "shared handle"])
+def test_foreign_streams_are_gathered_one_batch_at_a_time(layout):
     """Streams other than this package's stores get their ``__getitems__``
-    calls one at a time (as from the reference's single gather thread)."""
-    loader = DataLoader({"x": _FileLikeStream(1000)}, batch_size=64, num_workers=2,
-                        mode=1, seed=3)
+    calls one batch at a time, all of them under one lock (as from the
+    reference's single gather thread), so a stream named twice or columns
+    over one handle never see two batches interleaved."""
+    f = _FileLikeStream(1000)
+    streams = {"one": {"x": f},
+               "same object twice": {"x": f, "y": f},
+               "shared handle": {"x": _Column(f, 1), "y": _Column(f, 2)}}[layout]
+    loader = DataLoader(streams, batch_size=64, num_workers=2, mode=1, seed=3)
     try:
         sampler = Sampler(1000, 64, 1, seed=3)
         for _ in range(100):
-            np.testing.assert_array_equal(next(loader)["x"], sampler.next().astype(np.int64))
+            batch, want = next(loader), sampler.next().astype(np.int64)
+            assert list(batch) == list(streams)
+            np.testing.assert_array_equal(batch["x"], want)
+            if "y" in batch:
+                np.testing.assert_array_equal(batch["y"], want * (2 if layout == "shared handle" else 1))
     finally:
         loader.close()

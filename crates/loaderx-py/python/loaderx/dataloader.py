@@ -79,16 +79,15 @@ class _Pipeline:
     def __init__(self, streams, sampler, transform, num_workers, capacity,
                  ordered, start_step):
         self.streams = streams
-        # (name, gather, lock): our stores gather from any number of threads
-        # at once; any other stream (duck-typed: __len__ + __getitems__) gets
-        # its calls one at a time, as the reference's single gather thread
-        # makes them, since a wrapper over one file handle (seek, then read)
-        # would mix up two concurrent batches.
-        self.gathers = [
-            (name, ds.__getitems__,
-             None if type(ds) in (DenseStore, RaggedStore) else threading.Lock())
-            for name, ds in streams.items()
-        ]
+        # Our stores gather from any number of threads at once. Any other
+        # stream (duck-typed: __len__ + __getitems__) is called as the
+        # reference's single gather thread calls it: all such streams of a
+        # batch under one lock, one batch at a time, since wrappers over one
+        # file handle (seek, then read), or one object under two names,
+        # would mix up concurrent batches.
+        self.gathers = [(name, ds.__getitems__, type(ds) not in (DenseStore, RaggedStore))
+                        for name, ds in streams.items()]
+        self.foreign_lock = threading.Lock()
         self.sampler = sampler
         self.transform = transform
         self.capacity = capacity
@@ -194,13 +193,14 @@ class _Pipeline:
                 step, idxs = self.sampler._draw()
                 ticket = self.tickets
                 self.tickets += 1
-            batch = {}
-            for name, gather, lock in self.gathers:
-                if lock is None:
-                    batch[name] = gather(idxs)
-                else:
-                    with lock:
-                        batch[name] = gather(idxs)
+            got = {name: gather(idxs) for name, gather, foreign in self.gathers
+                   if not foreign}
+            if len(got) < len(self.gathers):
+                with self.foreign_lock:
+                    for name, gather, foreign in self.gathers:
+                        if foreign:
+                            got[name] = gather(idxs)
+            batch = {name: got[name] for name, _, _ in self.gathers}  # stream order
             with self.lock:
                 if self.stopped:
                     return False
