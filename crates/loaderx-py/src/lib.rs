@@ -1142,40 +1142,43 @@ fn positions<'py>(
             format!("{path}: index {i} is out of range for {n} records"),
         )
     };
+    // The checks are branch-free folds (an OR of compares), which the
+    // compiler vectorises; the offending value is looked for only on error.
     if let Ok(a) = idxs.cast::<numpy::PyArray1<u64>>() {
-        let hi = {
+        let bad = {
             let r = a.readonly();
-            r.as_slice()?.iter().copied().max()
+            let s = r.as_slice()?;
+            s.iter()
+                .fold(false, |acc, &i| acc | (i >= n))
+                .then(|| s.iter().copied().max())
         };
-        if let Some(hi) = hi
-            && hi >= n
-        {
+        if let Some(Some(hi)) = bad {
             return Err(out_of_range(i128::from(hi)));
         }
         return Ok(a.clone());
     }
     let r = idxs.cast::<numpy::PyArray1<i64>>()?.readonly();
     let a = r.as_slice()?;
-    let n_i = i128::from(n);
-    if let (Some(lo), Some(hi)) = (a.iter().copied().min(), a.iter().copied().max()) {
-        if i128::from(lo) < -n_i {
-            return Err(out_of_range(i128::from(lo)));
-        }
-        if i128::from(hi) >= n_i {
-            return Err(out_of_range(i128::from(hi)));
-        }
+    // Past i64::MAX records, every i64 is in range (from the end or not).
+    if let Ok(m) = i64::try_from(n)
+        && a.iter().fold(false, |acc, &i| acc | (i >= m) | (i < -m))
+    {
+        let lo = a.iter().copied().min().unwrap_or(0);
+        let bad = if lo < -m {
+            lo
+        } else {
+            a.iter().copied().max().unwrap_or(0)
+        };
+        return Err(out_of_range(i128::from(bad)));
     }
     let out = new_array1::<u64>(py, a.len())?;
     {
         let mut w = out.readwrite();
         // In range (checked above): a negative `i` is at least `-n`, so
-        // `n + i` (wrapping in u64) is a position in `0..n`.
+        // `n + i` (wrapping in u64) is a position in `0..n`; the sign mask
+        // adds `n` only to those, without a branch.
         for (o, &i) in w.as_slice_mut()?.iter_mut().zip(a) {
-            *o = if i < 0 {
-                n.wrapping_add(i as u64)
-            } else {
-                i as u64
-            };
+            *o = (i as u64).wrapping_add(n & ((i >> 63) as u64));
         }
     }
     Ok(out)

@@ -420,6 +420,16 @@ def test_index_arrays_of_every_integer_kind(tmp_path):
         s[np.array([-201, 500])]
     with pytest.raises(IndexOutOfRange, match=f"index 500 is out of range for {n}"):
         s[[-200, 500]]
+    # Long index arrays take NumPy's vectorised checks: the same results.
+    long = np.random.default_rng(1).integers(-n, n, 5000)
+    np.testing.assert_array_equal(s[long], data[long])
+    np.testing.assert_array_equal(s[(long % n).astype(np.uint64)], data[long % n])
+    with pytest.raises(IndexOutOfRange, match=f"index -201 is out of range for {n}"):
+        s[np.concatenate([long, [-201, 500]])]
+    with pytest.raises(IndexOutOfRange, match=f"index 500 is out of range for {n}"):
+        s[np.concatenate([long, [500]]).astype(">i4")]
+    with pytest.raises(IndexOutOfRange, match=f"index {2**64 - 1} is out of range for {n}"):
+        s[np.concatenate([(long % n).astype(np.uint64), [2**64 - 1]]).astype(">u8")]
     s.close()
 
 

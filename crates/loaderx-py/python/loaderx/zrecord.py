@@ -53,6 +53,8 @@ __all__ = [
 
 MAX_RECORD_LEN = _native.MAX_RECORD_LEN
 _POOL_MIN_BYTES = _native.POOL_MIN_BYTES
+# Index arrays up to this long are checked natively (see ``_idxs``).
+_NATIVE_CHECK_MAX = 2048
 
 # Named dictionary presets: dictionary size and training-sample byte budget.
 DICT_TIERS = {
@@ -310,8 +312,26 @@ class _Base:
         want = np.uint64 if idxs.dtype.kind == "u" else np.int64
         if idxs.dtype != want or not (idxs.flags.c_contiguous and idxs.flags.aligned):
             idxs = np.require(idxs, dtype=want, requirements="CA")
-        # Range check, negatives wrapped and the copy, in one native pass.
-        return _native.positions(idxs, n, str(self.path))
+        if idxs.size <= _NATIVE_CHECK_MAX:
+            # Range check, negatives wrapped and the copy, in one native
+            # pass: NumPy's per-call cost dominates on short index lists.
+            return _native.positions(idxs, n, str(self.path))
+        # Long ones: NumPy's reductions use the CPU's vector units (picked
+        # at run time; the wheel is built for baseline x86-64).
+        if idxs.dtype.kind == "i":
+            lo = int(idxs.min())
+            if lo < 0:
+                if lo < -n:
+                    raise IndexOutOfRange(
+                        None, f"{self.path}: index {lo} is out of range for {n} records"
+                    )
+                idxs = np.where(idxs < 0, idxs + n, idxs)
+        hi = int(idxs.max())
+        if hi >= n:
+            raise IndexOutOfRange(
+                None, f"{self.path}: index {hi} is out of range for {n} records"
+            )
+        return np.ascontiguousarray(idxs, dtype=np.uint64)
 
     def __getitem__(self, idx):
         """A scalar returns one record; anything else is a record set —
