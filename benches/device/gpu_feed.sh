@@ -25,8 +25,8 @@ step() {  # step NAME SECONDS CMD...
   log "end $name rc=$?"
   tail -n 25 "$OUT/$name.log" >> "$OUT/summary.txt"
 }
-(cd crates/loaderx-py && export LOADERX_REF_PYTHON=/tmp/py-ref PYTHONPATH=/tmp/ours &&
+[ "${PYTEST_SECS:-200}" = 0 ] || (cd crates/loaderx-py && export LOADERX_REF_PYTHON=/tmp/py-ref PYTHONPATH=/tmp/ours &&
   step pytest "${PYTEST_SECS:-200}" python3 -m pytest -q -p no:cacheprovider -x tests)
 step feed "${FEED_SECS:-200}" python3 benches/python/feed_gpu.py --ours /tmp/py-ours --ref /tmp/py-ref \
-  --records "${FEED_RECORDS:-2048}" --rounds "${FEED_ROUNDS:-3}"
+  --records "${FEED_RECORDS:-2048}" --rounds "${FEED_ROUNDS:-3}" --variants "${FEED_VARIANTS:-plain}"
 log done

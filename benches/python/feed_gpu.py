@@ -11,6 +11,7 @@ is images per second; the ceiling is the same loop over one batch already in
 host memory (the copy to the GPU and the reduction alone).
 
     python feed_gpu.py --ours PY --ref PY [--records 2048] [--rounds 3]
+        [--variants plain,pinned]
 
 PY: an interpreter (or a wrapper script) that imports that side's `loaderx`
 and torch. Run without a GPU it uses the CPU and says so.
@@ -51,7 +52,7 @@ def build(path, codec, n):
         s.append(labels)
 
 
-def side(path, batches, ceiling):
+def side(path, batches, ceiling, pinned=False):
     import torch
     from loaderx.zrecord import DenseStore
     from loaderx.dataloader import DataLoader
@@ -69,6 +70,8 @@ def side(path, batches, ceiling):
         import numpy as np
         x = torch.from_numpy(np.full((256,) + SHAPE, 3, np.uint8))
         y = torch.arange(256)
+        if pinned and dev.type == "cuda":
+            x, y = x.pin_memory(), y.pin_memory()
         for _ in range(3):
             step(x, y)
         t = time.perf_counter()
@@ -77,7 +80,10 @@ def side(path, batches, ceiling):
         return {"images_per_s": 256 * batches / (time.perf_counter() - t), "device": str(dev)}
 
     def to_torch(batch):
-        return torch.from_numpy(batch["image"]), torch.from_numpy(batch["label"])
+        x, y = torch.from_numpy(batch["image"]), torch.from_numpy(batch["label"])
+        if pinned:  # page-locked copies, made on the worker threads
+            x, y = x.pin_memory(), y.pin_memory()
+        return x, y
 
     loader = DataLoader({"image": DenseStore(os.path.join(path, "image")),
                          "label": DenseStore(os.path.join(path, "label"))},
@@ -108,7 +114,8 @@ def main():
         if sys.argv[1] == "build":
             build(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         else:
-            print(json.dumps(side(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1")))
+            print(json.dumps(side(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1",
+                                  len(sys.argv) > 5 and sys.argv[5] == "pinned")))
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", required=True)
@@ -117,34 +124,43 @@ def main():
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--codecs", default="raw,zstd")
+    ap.add_argument("--variants", default="plain",
+                    help="plain: pageable tensors; pinned: the transform also pins them")
     a = ap.parse_args()
     base = tempfile.mkdtemp(prefix="feed-gpu-")
     try:
         rows = []
-        ceil = [run(a.ours, "side", base, str(a.batches), "1") for _ in range(2)]
-        dev = ceil[0]["device"]
-        ceiling = max(c["images_per_s"] for c in ceil)
+        ceiling = {}
+        for variant in a.variants.split(","):
+            ceil = [run(a.ours, "side", base, str(a.batches), "1", variant) for _ in range(2)]
+            dev = ceil[0]["device"]
+            ceiling[variant] = max(c["images_per_s"] for c in ceil)
         for codec in a.codecs.split(","):
             path = os.path.join(base, codec)
             os.makedirs(path)
             run(a.ours, "build", path, codec, str(a.records))
-            got = {"ours": [], "ref": []}
-            for r in range(a.rounds):
-                order = ("ours", "ref") if r % 2 == 0 else ("ref", "ours")
-                for name in order:
-                    py = a.ours if name == "ours" else a.ref
-                    got[name].append(run(py, "side", path, str(a.batches), "0")["images_per_s"])
-            ratios = [o / f for o, f in zip(got["ours"], got["ref"])]
-            rows.append((codec, statistics.median(got["ref"]), statistics.median(got["ours"]),
-                         statistics.median(ratios)))
+            for variant in a.variants.split(","):
+                got = {"ours": [], "ref": []}
+                for r in range(a.rounds):
+                    order = ("ours", "ref") if r % 2 == 0 else ("ref", "ours")
+                    for name in order:
+                        py = a.ours if name == "ours" else a.ref
+                        got[name].append(run(py, "side", path, str(a.batches), "0",
+                                             variant)["images_per_s"])
+                ratios = [o / f for o, f in zip(got["ours"], got["ref"])]
+                rows.append((f"{codec}, {variant}", statistics.median(got["ref"]),
+                             statistics.median(got["ours"]), statistics.median(ratios),
+                             ceiling[variant]))
             shutil.rmtree(path)
         print(f"device {dev}; {a.records} records of 224x224x3 uint8 + int64 label, batch 256, "
               f"4 workers, {a.batches} timed batches per round, {a.rounds} alternating rounds")
-        print(f"ceiling (one host batch copied to the device + the reduction): {ceiling:,.0f} images/s")
-        print("| codec | loaderx 1.7.2 images/s | ours images/s | ours vs ref (median of rounds) | ours / ceiling |")
+        for variant, c in ceiling.items():
+            print(f"ceiling, {variant} (one host batch copied to the device + the reduction): "
+                  f"{c:,.0f} images/s")
+        print("| codec, tensors | loaderx 1.7.2 images/s | ours images/s | ours vs ref (median of rounds) | ours / ceiling |")
         print("|---|---:|---:|---:|---:|")
-        for codec, ref, ours, ratio in rows:
-            print(f"| {codec} | {ref:,.0f} | {ours:,.0f} | {ratio:.2f}x | {ours / ceiling:.2f} |")
+        for name, ref, ours, ratio, c in rows:
+            print(f"| {name} | {ref:,.0f} | {ours:,.0f} | {ratio:.2f}x | {ours / c:.2f} |")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

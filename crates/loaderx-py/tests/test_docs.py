@@ -40,6 +40,21 @@ def _stub_runtimes(monkeypatch):
     dist.get_world_size = lambda: 2
     torch = types.ModuleType("torch")
     torch.distributed = dist
+
+    class Tensor:
+        """What the GPU-feeding example uses: from_numpy, pin_memory, to."""
+
+        def __init__(self, a):
+            self.a = a
+
+        def pin_memory(self):
+            return Tensor(self.a.copy())
+
+        def to(self, device, non_blocking=False):
+            assert device == "cuda"
+            return Tensor(self.a)
+
+    torch.from_numpy = Tensor
     jax = types.ModuleType("jax")
     jax.distributed = types.SimpleNamespace(initialize=lambda *a, **k: None)
     jax.process_index = lambda: 1
@@ -53,8 +68,19 @@ def test_doc_example_runs(code, monkeypatch):
     _stub_runtimes(monkeypatch)
     # What the sharding snippets assume: a dataset size, a global batch and
     # a checkpointed step range.
-    env = {"np": np, "n": 1000, "global_batch": 64, "start_step": 3, "total_steps": 6}
+    env = {"np": np, "n": 1000, "global_batch": 64, "start_step": 3, "total_steps": 6,
+           "steps": 3}
+    if 'DenseStore("data/image"' in code:
+        # The GPU-feeding example reads an image and a label store.
+        from loaderx.zrecord import DenseStore
+        with DenseStore("data/image", np.uint8, (8, 8, 3)) as s:
+            s.append(np.zeros((300, 8, 8, 3), np.uint8))
+        with DenseStore("data/label", np.int64, ()) as s:
+            s.append(np.arange(300))
     exec(compile(code, "<doc>", "exec"), env)
+    if "to_torch" in env:
+        x, y = env["x"], env["y"]
+        assert x.a.shape == (256, 8, 8, 3) and y.a.shape == (256,)
     if "sampler" in env:
         # Rank 1 of 2 draws its half of the global batch.
         assert env["sampler"].next().shape == (32,)
