@@ -36,7 +36,7 @@ use std::sync::{Mutex, RwLock};
 use numpy::ndarray::ArrayView1;
 use numpy::{
     PyArray1, PyArray2, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1,
-    PyReadwriteArray1, PyUntypedArrayMethods,
+    PyUntypedArrayMethods,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -324,6 +324,63 @@ impl PyDenseCore {
     fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&DenseCore) -> R + Send) -> PyResult<R> {
         with_read(py, &self.core, f)
     }
+
+    /// The records at `idxs` as a new C-order array of `dtype`, shaped
+    /// `(len, *item_shape)` when `batched`, else `item_shape` (one record),
+    /// filled with the GIL released.
+    fn read_new<'py>(
+        &self,
+        py: Python<'py>,
+        idxs: &[u64],
+        batched: bool,
+        dtype: Bound<'py, PyArrayDescr>,
+    ) -> PyResult<Bound<'py, numpy::PyUntypedArray>> {
+        plain_bytes_dtype(&dtype)?;
+        let (item, record) = self.with(py, |c| {
+            let item: Vec<usize> = c.item_shape().iter().map(|&d| d as usize).collect();
+            (item, c.record_bytes())
+        })?;
+        let itemsize = dtype.itemsize();
+        let per_item = item.iter().try_fold(itemsize, |acc, &d| acc.checked_mul(d));
+        if per_item != Some(record) {
+            return Err(PyValueError::new_err(format!(
+                "a record of {record} bytes is not {item:?} items of {itemsize} bytes"
+            )));
+        }
+        let bytes = record.checked_mul(idxs.len()).ok_or_else(|| {
+            pyo3::exceptions::PyMemoryError::new_err(format!(
+                "{} records of {record} bytes",
+                idxs.len()
+            ))
+        })?;
+        let shape: Vec<usize> = if batched {
+            std::iter::once(idxs.len()).chain(item).collect()
+        } else {
+            item
+        };
+        let out = new_array(py, dtype, &shape)?;
+        if bytes == 0 {
+            return Ok(out);
+        }
+        // SAFETY: `out` was just made here, C-contiguous, holding exactly
+        // `bytes` bytes (its dtype's itemsize times its dims, checked
+        // against the record size above) at its data pointer, and no other
+        // reference to it exists yet, so this is the only view of them.
+        let dst = unsafe {
+            let data = (*numpy::npyffi::_PyArray_GET_ITEM_DATA(out.as_array_ptr()))
+                .data
+                .cast::<u8>();
+            std::slice::from_raw_parts_mut(data, bytes)
+        };
+        let lock = &self.core;
+        py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            g.as_ref().map(|c| c.gather_bytes_into(idxs, dst))
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)?;
+        Ok(out)
+    }
 }
 
 #[pymethods]
@@ -423,57 +480,19 @@ impl PyDenseCore {
         i: u64,
         dtype: Bound<'py, PyArrayDescr>,
     ) -> PyResult<Bound<'py, numpy::PyUntypedArray>> {
-        plain_bytes_dtype(&dtype)?;
-        let (shape, bytes) = self.with(py, |c| {
-            let shape: Vec<usize> = c.item_shape().iter().map(|&d| d as usize).collect();
-            (shape, c.record_bytes())
-        })?;
-        let itemsize = dtype.itemsize();
-        let nbytes = shape
-            .iter()
-            .try_fold(itemsize, |acc, &d| acc.checked_mul(d));
-        if nbytes != Some(bytes) {
-            return Err(PyValueError::new_err(format!(
-                "a record of {bytes} bytes is not {shape:?} items of {itemsize} bytes"
-            )));
-        }
-        let out = new_array(py, dtype, &shape)?;
-        // SAFETY: `out` was just made here, C-contiguous, holding exactly
-        // `bytes` bytes (checked above) at its data pointer, and no other
-        // reference to it exists yet, so this is the only view of them.
-        let dst = unsafe {
-            let data = (*numpy::npyffi::_PyArray_GET_ITEM_DATA(out.as_array_ptr()))
-                .data
-                .cast::<u8>();
-            std::slice::from_raw_parts_mut(data, bytes)
-        };
-        let lock = &self.core;
-        py.detach(|| {
-            let g = lock.read().unwrap_or_else(|p| p.into_inner());
-            g.as_ref().map(|c| c.gather_bytes_into(&[i], dst))
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)?;
-        Ok(out)
+        self.read_new(py, &[i], false, dtype)
     }
 
-    /// Gathers the records at `idxs` into `dst` (the bytes of a fresh
-    /// `(B, *item_shape)` array), GIL released.
-    fn gather_into(
+    /// The records at `idxs` as a new `(B, *item_shape)` array of `dtype`
+    /// (GIL released for the read): a small batch with no `empty`, reshape
+    /// or view made in Python.
+    fn gather_new<'py>(
         &self,
-        py: Python<'_>,
-        idxs: PyReadonlyArray1<'_, u64>,
-        mut dst: PyReadwriteArray1<'_, u8>,
-    ) -> PyResult<()> {
-        let idxs = idxs.as_slice()?;
-        let dst = dst.as_slice_mut()?;
-        let lock = &self.core;
-        py.detach(|| {
-            let g = lock.read().unwrap_or_else(|p| p.into_inner());
-            g.as_ref().map(|c| c.gather_bytes_into(idxs, dst))
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
+        py: Python<'py>,
+        idxs: PyReadonlyArray1<'py, u64>,
+        dtype: Bound<'py, PyArrayDescr>,
+    ) -> PyResult<Bound<'py, numpy::PyUntypedArray>> {
+        self.read_new(py, idxs.as_slice()?, true, dtype)
     }
 
     /// Gathers the records at `idxs` into a pooled region (GIL released)
@@ -1184,6 +1203,32 @@ fn positions<'py>(
     Ok(out)
 }
 
+/// [`positions`] for a Python `list` of exact `int`s that fit an `i64`
+/// (what `ds[[3, 1, 2]]` and PyTorch's batched `__getitems__` pass); `None`
+/// for any other list (bools, NumPy scalars, floats, huge ints), which the
+/// caller then resolves through NumPy as before.
+#[pyfunction]
+fn list_positions<'py>(
+    py: Python<'py>,
+    list: &Bound<'py, PyList>,
+    n: u64,
+    path: &str,
+) -> PyResult<Option<Bound<'py, PyArray1<u64>>>> {
+    let mut v = Vec::with_capacity(list.len());
+    for item in list.iter() {
+        if !item.is_exact_instance_of::<pyo3::types::PyInt>() {
+            return Ok(None);
+        }
+        match item.extract::<i64>() {
+            Ok(i) => v.push(i),
+            Err(_) => return Ok(None),
+        }
+    }
+    let a = new_array1::<i64>(py, v.len())?;
+    a.readwrite().as_slice_mut()?.copy_from_slice(&v);
+    positions(py, a.as_any(), n, path).map(Some)
+}
+
 // ---------------------------------------------------------------------------
 // io
 
@@ -1313,6 +1358,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(train_dict, m)?)?;
     m.add_function(wrap_pyfunction!(loadtxt, m)?)?;
     m.add_function(wrap_pyfunction!(positions, m)?)?;
+    m.add_function(wrap_pyfunction!(list_positions, m)?)?;
     m.add_function(wrap_pyfunction!(npy_header, m)?)?;
     m.add_function(wrap_pyfunction!(npy_header_of_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(read_bytes_at, m)?)?;

@@ -474,3 +474,37 @@ def test_unaligned_and_strided_index_arrays(tmp_path):
         np.testing.assert_array_equal(s[raw], data[[5, 99, 0, 42]])
         np.testing.assert_array_equal(s[np.array([9, 0, 8, 0, 7], dtype=dt)[::2]], data[[9, 8, 7]])
     s.close()
+
+
+@ours_only
+def test_index_lists_take_numpys_meaning_whatever_their_elements(tmp_path):
+    """Short lists of plain ints go the native way; lists of anything else
+    (bools: a mask; floats; NumPy scalars; huge ints) keep NumPy's meaning."""
+    from loaderx.zrecord import IndexOutOfRange
+    n = 6
+    data = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+    with DenseStore(tmp_path / "s", np.float32, (2,)) as s:
+        s.append(data)
+    s = DenseStore(tmp_path / "s", read_only=True)
+    cases = [
+        ([3, 1, 1, -1], [3, 1, 1, 5]),
+        ([-6], [0]),
+        ([True, False, True, False, False, True], [0, 2, 5]),  # a mask
+        ([2.0, 4.0], [2, 4]),
+        ([np.int64(4), 1], [4, 1]),
+        ([np.uint8(5)], [5]),
+    ]
+    for lst, want in cases:
+        got = s[lst]
+        assert got.shape == (len(want), 2) and got.dtype == np.float32
+        np.testing.assert_array_equal(got, data[want])
+        np.testing.assert_array_equal(s.__getitems__(lst), data[want])
+    assert s[[]].shape == (0, 2)
+    for bad, named in (([0, 6], 6), ([-7, 1], -7)):
+        with pytest.raises(IndexOutOfRange, match=f"index {named} is out of range for {n}"):
+            s[bad]
+    with pytest.raises(IndexError, match=f"index {2**70} is out of range"):
+        s[[2**70]]  # past int64: NumPy's object path, as before
+    with pytest.raises(IndexError):
+        s[[1.5]]
+    s.close()

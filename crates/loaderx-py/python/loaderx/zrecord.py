@@ -288,6 +288,13 @@ class _Base:
         n = len(self)
         if isinstance(idx, slice):
             return np.arange(*idx.indices(n), dtype=np.int64).astype(np.uint64)
+        if type(idx) is list and 0 < len(idx) <= _NATIVE_CHECK_MAX:
+            # A short list of plain ints, resolved natively without a NumPy
+            # round trip; anything else in it (bools, floats, NumPy
+            # scalars) comes back None and goes the NumPy way below.
+            got = _native.list_positions(idx, n, str(self.path))
+            if got is not None:
+                return got
         idxs = np.asarray(idx)
         if idxs.dtype == np.bool_:
             if idxs.ndim != 1 or idxs.shape[0] != n:
@@ -429,10 +436,10 @@ class DenseStore(_Base):
             # Filled in a recycled, page-aligned buffer that returns to the
             # pool when the array dies (no page faults in a steady loop).
             return core.gather(idxs).view(self.dtype).reshape(shape)
-        values = np.empty(shape, dtype=self.dtype)
-        if idxs.size:
-            core.gather_into(idxs, values.reshape(-1).view(np.uint8))
-        return values
+        if not idxs.size:
+            return np.empty(shape, dtype=self.dtype)
+        # A new array of the batch, made and filled natively.
+        return core.gather_new(idxs, self.dtype)
 
 
 class RaggedStore(_Base):
