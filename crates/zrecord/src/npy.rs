@@ -245,7 +245,14 @@ fn parse_header(path: &Path, bytes: &[u8], file_len: Option<u64>) -> Result<NpyH
         fortran.ok_or_else(|| hdr_err(path, NpyHeaderProblem::MissingKey("fortran_order")))?;
     let shape = shape.ok_or_else(|| hdr_err(path, NpyHeaderProblem::MissingKey("shape")))?;
     let dtype = match &descr {
-        Lit::Str(_) | Lit::Seq(_) => DType::from_lit(&descr)?,
+        // Name the file in a refusal too (an object or string dtype).
+        Lit::Str(_) | Lit::Seq(_) => DType::from_lit(&descr).map_err(|e| match e {
+            Error::UnsupportedDType { dtype, reason } => Error::UnsupportedDType {
+                dtype,
+                reason: format!("{reason} (in {})", path.display()),
+            },
+            other => other,
+        })?,
         other => {
             return Err(hdr_err(
                 path,

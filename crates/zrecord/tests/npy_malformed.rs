@@ -143,11 +143,20 @@ fn each_malformation_has_its_error() {
             assert!(ok(&p), "{dict}: got {p:?}");
         }
     }
-    // Unsupported dtypes name the dtype.
+    // Unsupported dtypes name the dtype, and the file when there is one.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("objects.npy");
     for d in ["'|O'", "'<U3'", "'|S2'", "'<M8[s]'", "[('a', '|O')]"] {
         let dict = format!("{{'descr': {d}, 'fortran_order': False, 'shape': (2,)}}");
         match NpyHeader::parse(&with_dict(1, &dict)) {
             Err(Error::UnsupportedDType { .. }) => {}
+            other => panic!("{d}: {other:?}"),
+        }
+        std::fs::write(&path, with_dict(1, &dict)).unwrap();
+        match zrecord::npy::read_header(&path) {
+            Err(e @ Error::UnsupportedDType { .. }) => {
+                assert!(e.to_string().contains("objects.npy"), "{d}: {e}");
+            }
             other => panic!("{d}: {other:?}"),
         }
     }
