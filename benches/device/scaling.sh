@@ -15,31 +15,9 @@
 #     --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl loaderx==1.7.2 cffi==2.1.1 pycparser==3.12 zstandard==0.25.0
 # then run this script there with carry [".whl", ".devbin"] (about 5 minutes).
-set -u
-export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/scaling-out}
-mkdir -p "$OUT"
-log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
-log "host: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(free -g | awk '/Mem:/{print $2}') GiB, $(python3 -V 2>&1), load $(cut -d' ' -f1-3 /proc/loadavg)"
-log "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>&1) defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>&1)"
-pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$@"; }
-pipi /tmp/ours .whl/loaderx-*rust*.whl || log "install ours failed"
-pipi /tmp/ref .whl/loaderx-1.7.2-py3-*.whl .whl/cffi-*.whl .whl/pycparser-*.whl || log "install ref failed"
-pipi /tmp/ceil .whl/zstandard-*.whl || log "install zstandard failed"
-for side in ours ref ceil; do
-  printf '#!/bin/sh\nPYTHONPATH=/tmp/%s exec python3 "$@"\n' "$side" > /tmp/py-$side
-  chmod +x /tmp/py-$side
-done
-/tmp/py-ours -c 'import loaderx.zrecord as z; print("ours", z.__file__)' 2>&1 | tee -a "$OUT/summary.txt"
-/tmp/py-ref -c 'import loaderx.zrecord as z; print("ref", z.__file__)' 2>&1 | tee -a "$OUT/summary.txt"
-
-step() {  # step NAME SECONDS CMD...
-  local name=$1 secs=$2; shift 2
-  log "start $name (limit ${secs}s)"
-  timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
-  log "end $name rc=$? ; load $(cut -d' ' -f1-3 /proc/loadavg)"
-  tail -n 40 "$OUT/$name.log" >> "$OUT/summary.txt"
-}
+. "$(dirname "$0")/common.sh"
+setup_sides ours ref ceil
 py_rows=${PY_ROWS:-loader-*,gather-256-zstd*,gather-4-zstd*,ragged-*,gather-256-raw,gather-4-raw}
 mkdir -p /tmp/pybench
 step python "${PY_SECS:-260}" python3 benches/python/bench_vs_reference.py \

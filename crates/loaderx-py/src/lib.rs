@@ -1142,11 +1142,12 @@ impl PySampler {
 /// end); an index out of range is `IndexOutOfRange` naming the store, the
 /// lowest such negative index or else the highest index, and `n`. A
 /// `uint64` array in range is returned as it is (what a sampler draws); an
-/// `int64` one becomes a new `uint64` array. One pass over slices (which
-/// the compiler vectorises), where NumPy's `min`, `max`, `where` and a cast
-/// cost a few microseconds each on the short lists a map-style `Dataset`
-/// gathers. Any other layout is a `TypeError` (the Python caller makes one
-/// first).
+/// `int64` one becomes a new `uint64` array. Branch-free passes over
+/// slices, where NumPy's `min`, `max`, `where` and a cast cost a few
+/// microseconds each on the short lists a map-style `Dataset` gathers; the
+/// Python caller sends only short arrays (on baseline x86-64 these 64-bit
+/// compares do not vectorise, and NumPy's run-time-picked ones win on long
+/// arrays). Any other layout is a `TypeError` (the caller makes one first).
 #[pyfunction]
 fn positions<'py>(
     py: Python<'py>,
@@ -1161,8 +1162,8 @@ fn positions<'py>(
             format!("{path}: index {i} is out of range for {n} records"),
         )
     };
-    // The checks are branch-free folds (an OR of compares), which the
-    // compiler vectorises; the offending value is looked for only on error.
+    // The checks are branch-free folds (an OR of compares); the offending
+    // value is looked for only on error.
     if let Ok(a) = idxs.cast::<numpy::PyArray1<u64>>() {
         let bad = {
             let r = a.readonly();
