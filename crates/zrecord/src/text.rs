@@ -2393,6 +2393,14 @@ mod tests {
         }
     }
 
+    /// `text` must fail as a lone CR on line `at` (both parsers).
+    fn lone_cr_at(text: &str, o: &LoadTxtOptions, at: u64) {
+        match load_both(text, o) {
+            Err(Error::TextLineEnding { line, .. }) => assert_eq!(line, at, "{text:?}"),
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+
     #[test]
     fn a_lone_carriage_return_is_an_error_not_a_joined_line() {
         let o = LoadTxtOptions::default();
@@ -2400,18 +2408,14 @@ mod tests {
             delimiter: Some(b','),
             ..o.clone()
         };
-        let lone = |text: &str, o: &LoadTxtOptions, at: u64| match load_both(text, o) {
-            Err(Error::TextLineEnding { line, .. }) => assert_eq!(line, at, "{text:?}"),
-            other => panic!("{text:?}: {other:?}"),
-        };
-        lone("1 2\r3 4\r", &o, 1);
-        lone("1,2\r3,4\r", &csv, 1);
-        lone("1 2\r 3\n4 5 6\n", &o, 1);
-        lone("0,0\n1,2\r3,4\r", &csv, 2);
-        lone("1 2\n3 4\n5 6\r7 8\n", &o, 3);
-        lone("1,2\n\r3,4\n", &csv, 2);
+        lone_cr_at("1 2\r3 4\r", &o, 1);
+        lone_cr_at("1,2\r3,4\r", &csv, 1);
+        lone_cr_at("1 2\r 3\n4 5 6\n", &o, 1);
+        lone_cr_at("0,0\n1,2\r3,4\r", &csv, 2);
+        lone_cr_at("1 2\n3 4\n5 6\r7 8\n", &o, 3);
+        lone_cr_at("1,2\n\r3,4\n", &csv, 2);
         // A header row that hides a data row behind a lone CR.
-        lone(
+        lone_cr_at(
             "h1 h2\r1 2\n3 4\n",
             &LoadTxtOptions {
                 skip_rows: 1,
@@ -2424,8 +2428,8 @@ mod tests {
             usecols: Some(vec![0, 2]),
             ..o.clone()
         };
-        lone("0,0,0\n1,x\ry,3\n", &skip(&csv), 2);
-        lone("0 0 0\n1 x\ry 3\n", &skip(&o), 2);
+        lone_cr_at("0,0,0\n1,x\ry,3\n", &skip(&csv), 2);
+        lone_cr_at("0 0 0\n1 x\ry 3\n", &skip(&o), 2);
         let cr = LoadTxtOptions {
             delimiter: Some(b'\r'),
             ..o.clone()
@@ -2464,24 +2468,20 @@ mod tests {
             comments: Some(b'7'),
             ..o.clone()
         };
-        let lone = |text: &str, o: &LoadTxtOptions, at: u64| match load_both(text, o) {
-            Err(Error::TextLineEnding { line, .. }) => assert_eq!(line, at, "{text:?}"),
-            other => panic!("{text:?}: {other:?}"),
-        };
         for o in [&o, &usecols(&o)] {
             // In a header comment line, before any data.
-            lone("# x y\r1 2\r3 4\r", o, 1);
+            lone_cr_at("# x y\r1 2\r3 4\r", o, 1);
             // In a comment after data: the fast rows' path.
-            lone("1 2 # note\r3 4\n5 6\n", o, 1);
-            lone("0 0\n1 2 # note\r3 4\n5 6\n", o, 2);
+            lone_cr_at("1 2 # note\r3 4\n5 6\n", o, 1);
+            lone_cr_at("0 0\n1 2 # note\r3 4\n5 6\n", o, 2);
             // In a comment line among the data, and in the last lines
             // (after the chunk's last data row).
-            lone("1 2\n# c\r3 4\n5 6\n", o, 2);
-            lone("1 2\n3 4\n# c\r5 6\n", o, 3);
-            lone("1 2\n3 4\n# c\r5 6", o, 3);
-            lone("1 2\n3 4\n\r\r\n", o, 3);
+            lone_cr_at("1 2\n# c\r3 4\n5 6\n", o, 2);
+            lone_cr_at("1 2\n3 4\n# c\r5 6\n", o, 3);
+            lone_cr_at("1 2\n3 4\n# c\r5 6", o, 3);
+            lone_cr_at("1 2\n3 4\n\r\r\n", o, 3);
             // A skipped header row with a comment.
-            lone(
+            lone_cr_at(
                 "h h # c\r1 2\n3 4\n",
                 &LoadTxtOptions {
                     skip_rows: 1,
@@ -2491,17 +2491,17 @@ mod tests {
             );
         }
         for o in [&csv, &usecols(&csv)] {
-            lone("1,2 # note\r3,4\n5,6\n", o, 1);
-            lone("1,2\n3,4#\r5,6\n", o, 2);
-            lone("# h\r1,2\n", o, 1);
+            lone_cr_at("1,2 # note\r3,4\n5,6\n", o, 1);
+            lone_cr_at("1,2\n3,4#\r5,6\n", o, 2);
+            lone_cr_at("# h\r1,2\n", o, 1);
         }
         // A comment byte numbers contain (the line is cut there first).
-        lone("1 2\n3 475\r6\n", &digit, 2);
+        lone_cr_at("1 2\n3 475\r6\n", &digit, 2);
         // A long file, so the rows meet the vector parsers and many chunks.
         let mut text = "1.5 2.25\n".repeat(3000);
         text.push_str("3 4 # c\r5 6\n");
         text.push_str(&"1.5 2.25\n".repeat(3000));
-        lone(&text, &o, 3001);
+        lone_cr_at(&text, &o, 3001);
         // With a row limit that stops before it, the CR is never read.
         let two = LoadTxtOptions {
             max_rows: Some(2),
