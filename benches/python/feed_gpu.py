@@ -10,8 +10,13 @@ format). The sides alternate, each round in a fresh process, and the figure
 is images per second; the ceiling is the same loop over one batch already in
 host memory (the copy to the GPU and the reduction alone).
 
+Variants: `plain` (pageable tensors), `pinned` (the transform pins each
+batch: one more copy, on the workers), `allocate` (ours gathers straight into
+pinned tensors through `DataLoader(allocate=...)`; the reference, which has
+no such hook, runs its `pinned` loop in that row).
+
     python feed_gpu.py --ours PY --ref PY [--records 2048] [--rounds 3]
-        [--variants plain,pinned]
+        [--variants plain,pinned,allocate]
 
 PY: an interpreter (or a wrapper script) that imports that side's `loaderx`
 and torch. Run without a GPU it uses the CPU and says so.
@@ -52,11 +57,15 @@ def build(path, codec, n):
         s.append(labels)
 
 
-def side(path, batches, ceiling, pinned=False):
+def side(path, batches, ceiling, variant="plain"):
+    import numpy as np
     import torch
+    import loaderx
     from loaderx.zrecord import DenseStore
     from loaderx.dataloader import DataLoader
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    allocating = variant == "allocate" and hasattr(loaderx, "_native")
+    pinned = variant in ("pinned", "allocate") and not allocating
 
     def step(x, y):
         x = x.to(dev, non_blocking=True)
@@ -67,10 +76,9 @@ def side(path, batches, ceiling, pinned=False):
         return s
 
     if ceiling:
-        import numpy as np
         x = torch.from_numpy(np.full((256,) + SHAPE, 3, np.uint8))
         y = torch.arange(256)
-        if pinned and dev.type == "cuda":
+        if variant != "plain" and dev.type == "cuda":
             x, y = x.pin_memory(), y.pin_memory()
         for _ in range(3):
             step(x, y)
@@ -80,15 +88,23 @@ def side(path, batches, ceiling, pinned=False):
         return {"images_per_s": 256 * batches / (time.perf_counter() - t), "device": str(dev)}
 
     def to_torch(batch):
+        if allocating:  # already pinned torch tensors, filled by the gather
+            return batch["image"], batch["label"]
         x, y = torch.from_numpy(batch["image"]), torch.from_numpy(batch["label"])
         if pinned:  # page-locked copies, made on the worker threads
             x, y = x.pin_memory(), y.pin_memory()
         return x, y
 
+    torch_dtype = {np.dtype("u1"): torch.uint8, np.dtype("i8"): torch.int64}
+
+    def allocate(name, shape, dtype):  # page-locked, recycled by torch's host cache
+        return torch.empty(shape, dtype=torch_dtype[dtype], pin_memory=dev.type == "cuda")
+
+    extra = {"allocate": allocate} if allocating else {}
     loader = DataLoader({"image": DenseStore(os.path.join(path, "image")),
                          "label": DenseStore(os.path.join(path, "label"))},
                         num_workers=4, batch_size=256, prefetch_size=4, mode=2, seed=42,
-                        transform=to_torch)
+                        transform=to_torch, **extra)
     try:
         for _ in range(8):  # warm: page cache, pools, the prefetched batches
             step(*next(loader))
@@ -115,7 +131,7 @@ def main():
             build(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         else:
             print(json.dumps(side(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1",
-                                  len(sys.argv) > 5 and sys.argv[5] == "pinned")))
+                                  sys.argv[5] if len(sys.argv) > 5 else "plain")))
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", required=True)
@@ -125,7 +141,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--codecs", default="raw,zstd")
     ap.add_argument("--variants", default="plain",
-                    help="plain: pageable tensors; pinned: the transform also pins them")
+                    help="plain: pageable tensors; pinned: the transform also pins them; "
+                         "allocate: ours gathers into pinned tensors (ref: pinned)")
     a = ap.parse_args()
     base = tempfile.mkdtemp(prefix="feed-gpu-")
     try:

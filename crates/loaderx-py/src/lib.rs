@@ -36,7 +36,7 @@ use std::sync::{Mutex, RwLock};
 use numpy::ndarray::ArrayView1;
 use numpy::{
     PyArray1, PyArray2, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1,
-    PyUntypedArrayMethods,
+    PyReadwriteArray1, PyUntypedArrayMethods,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -493,6 +493,27 @@ impl PyDenseCore {
         dtype: Bound<'py, PyArrayDescr>,
     ) -> PyResult<Bound<'py, numpy::PyUntypedArray>> {
         self.read_new(py, idxs.as_slice()?, true, dtype)
+    }
+
+    /// Gathers the records at `idxs` into `out`, a caller's flat `uint8`
+    /// view of exactly `len(idxs) * record_bytes` bytes (GIL released):
+    /// `DenseStore.gather_into`, for outputs the caller owns (pinned
+    /// memory, a preallocated batch).
+    fn gather_into(
+        &self,
+        py: Python<'_>,
+        idxs: PyReadonlyArray1<'_, u64>,
+        mut out: PyReadwriteArray1<'_, u8>,
+    ) -> PyResult<()> {
+        let idxs = idxs.as_slice()?;
+        let dst = out.as_slice_mut()?;
+        let lock = &self.core;
+        py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            g.as_ref().map(|c| c.gather_bytes_into(idxs, dst))
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
     }
 
     /// Gathers the records at `idxs` into a pooled region (GIL released)

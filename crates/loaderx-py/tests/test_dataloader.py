@@ -674,3 +674,70 @@ def test_foreign_streams_are_gathered_one_batch_at_a_time(layout):
                 np.testing.assert_array_equal(batch["y"], want * (2 if layout == "shared handle" else 1))
     finally:
         loader.close()
+
+
+@ours_only
+def test_allocate_supplies_each_dense_batchs_memory():
+    """``allocate`` gets (name, shape, dtype) per dense stream and batch; the
+    batch carries exactly the object it returned, filled; ragged streams are
+    gathered as usual."""
+    x, streams = make_streams(60)
+    calls, given = [], {}
+    lock = threading.Lock()
+
+    class Pinned:
+        """Stands in for a pinned torch tensor: not an ndarray, viewed by
+        numpy.asarray without a copy."""
+
+        def __init__(self, shape, dtype):
+            self.buf = np.full(shape, 99, dtype=dtype)
+
+        def __array__(self, dtype=None, copy=None):
+            return self.buf
+
+    def allocate(name, shape, dtype):
+        with lock:
+            calls.append((name, shape, dtype, threading.current_thread().name))
+        obj = Pinned(shape, dtype) if name == "x" else np.empty(shape, dtype)
+        with lock:
+            given[id(obj)] = obj
+        return obj
+
+    with DataLoader(streams, batch_size=8, num_workers=2, allocate=allocate) as loader:
+        for _, batch in zip(range(12), loader):
+            assert isinstance(batch["x"], Pinned) and id(batch["x"]) in given
+            assert id(batch["y"]) in given
+            np.testing.assert_array_equal(batch["x"].buf, x[batch["y"]])
+            assert isinstance(batch["t"], list)
+            for rec, i in zip(batch["t"], batch["y"]):
+                assert (rec == i).all()
+    close_all(streams)
+    assert {c[0] for c in calls} == {"x", "y"}
+    assert all(c[1][0] == 8 for c in calls)
+    assert {(c[0], c[1][1:], c[2]) for c in calls} == {("x", (2, 3), np.dtype(np.float32)),
+                                                       ("y", (), np.dtype(np.int64))}
+    assert all(c[3].startswith("loaderx-gather") for c in calls)
+
+
+@ours_only
+@pytest.mark.parametrize("bad, err, msg", [
+    (lambda name, shape, dtype: np.empty(shape, np.float64), ValueError, "'x'.*dtype '<f8'"),
+    (lambda name, shape, dtype: np.empty((1, *shape), dtype), ValueError, "shape"),
+    (lambda name, shape, dtype: np.empty(shape, dtype).tolist(), TypeError, "list.*copies"),
+    (lambda name, shape, dtype: 1 / 0, ZeroDivisionError, "division"),
+])
+def test_a_bad_allocate_result_reraises_in_the_consumer(bad, err, msg):
+    x, streams = make_streams(20)
+    del streams["y"], streams["t"]
+    with DataLoader(streams, batch_size=4, num_workers=1, allocate=bad) as loader:
+        with pytest.raises(err, match=msg):
+            next(loader)
+    close_all(streams)
+
+
+@ours_only
+def test_allocate_must_be_callable():
+    x, streams = make_streams(10)
+    with pytest.raises(TypeError, match="allocate must be callable"):
+        DataLoader(streams, allocate=np.zeros((2, 2)))
+    close_all(streams)

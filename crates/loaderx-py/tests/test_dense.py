@@ -508,3 +508,65 @@ def test_index_lists_take_numpys_meaning_whatever_their_elements(tmp_path):
     with pytest.raises(IndexError):
         s[[1.5]]
     s.close()
+
+
+@ours_only
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_gather_into_fills_the_callers_array_for_every_index_form(codec):
+    data = np.arange(11 * 6, dtype=">i4").reshape(11, 2, 3)  # big-endian too
+    with DenseStore("data", data.dtype, (2, 3), codec=codec) as ds:
+        ds.append(data)
+        for idx in ([4, 0, 4], np.array([-1, 2]), slice(1, 9, 3), data[:, 0, 0] % 2 == 0, []):
+            want = data[idx]
+            out = np.full(want.shape, -7, dtype=data.dtype)
+            assert ds.gather_into(idx, out) is out
+            np.testing.assert_array_equal(out, want)
+        one = np.zeros((2, 3), dtype=data.dtype)
+        assert ds.gather_into(-2, one) is one
+        np.testing.assert_array_equal(one, data[-2])
+        # A slice of a larger buffer: the rows it covers, nothing around it.
+        big = np.zeros((6, 2, 3), dtype=data.dtype)
+        ds.gather_into([3, 5], big[2:4])
+        np.testing.assert_array_equal(big[2:4], data[[3, 5]])
+        assert not big[:2].any() and not big[4:].any()
+
+
+@ours_only
+def test_gather_into_refuses_an_unfit_output_and_writes_nothing():
+    data = np.arange(20, dtype=np.float32).reshape(10, 2)
+    with DenseStore("data", data.dtype, (2,), codec="raw") as ds:
+        ds.append(data)
+        cases = [
+            (np.zeros((2, 2), np.float64), "dtype '<f8'.*'<f4'"),
+            (np.zeros((2, 2), ">f4"), "dtype '>f4'"),
+            (np.zeros((3, 2), np.float32), r"shape \(3, 2\).*\(2, 2\)"),
+            (np.zeros((4, 2), np.float32)[::2], "C-contiguous"),
+            (np.zeros((2, 2), np.float32).T.copy().T, "C-contiguous"),
+        ]
+        for out, msg in cases:
+            with pytest.raises(ValueError, match=msg):
+                ds.gather_into([1, 2], out)
+        ro = np.zeros((2, 2), np.float32)
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            ds.gather_into([1, 2], ro)
+        with pytest.raises(TypeError, match="numpy.ndarray"):
+            ds.gather_into([1, 2], bytearray(16))
+        out = np.full((2, 2), 5, np.float32)
+        with pytest.raises(IndexError, match="10"):
+            ds.gather_into([1, 10], out)
+        assert (out == 5).all()  # an index error writes nothing
+        ds.close()
+        with pytest.raises(ZrecordError, match="closed"):
+            ds.gather_into([1], np.zeros((1, 2), np.float32))
+
+
+@ours_only
+def test_gather_into_an_index_array_that_is_the_output_is_refused():
+    """The index array and the output overlapping: the borrow check refuses
+    rather than reading indices that the gather overwrites."""
+    with DenseStore("data", np.uint64, (), codec="raw") as ds:
+        ds.append(np.arange(4000, dtype=np.uint64))
+        buf = np.arange(3000, dtype=np.uint64)
+        with pytest.raises(Exception, match="(?i)borrow"):
+            ds.gather_into(buf, buf)

@@ -55,6 +55,19 @@ def _stub_runtimes(monkeypatch):
             return Tensor(self.a)
 
     torch.from_numpy = Tensor
+
+    class PinnedTensor(Tensor):
+        """torch.empty(..., pin_memory=True): numpy.asarray views it."""
+
+        def __array__(self, dtype=None, copy=None):
+            return self.a
+
+    def empty(shape, dtype=None, pin_memory=False):
+        assert pin_memory
+        return PinnedTensor(np.full(shape, 77, dtype))
+
+    torch.empty = empty
+    torch.uint8, torch.int64 = np.uint8, np.int64
     jax = types.ModuleType("jax")
     jax.distributed = types.SimpleNamespace(initialize=lambda *a, **k: None)
     jax.process_index = lambda: 1
@@ -78,9 +91,12 @@ def test_doc_example_runs(code, monkeypatch):
         with DenseStore("data/label", np.int64, ()) as s:
             s.append(np.arange(300))
     exec(compile(code, "<doc>", "exec"), env)
-    if "to_torch" in env:
+    if "to_torch" in env or "pinned" in env:
         x, y = env["x"], env["y"]
         assert x.a.shape == (256, 8, 8, 3) and y.a.shape == (256,)
+    if "pinned" in env:
+        # Gathered into the "pinned" tensors: the records, not their fill.
+        assert y.a.dtype == np.int64 and (y.a < 300).all() and not x.a.any()
     if "sampler" in env:
         # Rank 1 of 2 draws its half of the global batch.
         assert env["sampler"].next().shape == (32,)

@@ -14,7 +14,9 @@ Extensions (keyword-only): ``rank``/``world`` shard every global batch across
 processes (rank ``r`` gets a contiguous slice, the ranks together draw exactly
 the single-process stream); ``start_step`` resumes at a step (``loader.step``
 is the step of the next batch returned); ``ordered`` (default ``True``)
-delivers batches in step order, so a run is reproducible and resumable exactly.
+delivers batches in step order, so a run is reproducible and resumable exactly;
+``allocate`` supplies the memory each dense batch is gathered into (pinned
+memory for a GPU, say), with no copy between.
 """
 
 import os
@@ -23,7 +25,9 @@ import time
 import weakref
 from collections import deque
 
-from .zrecord import DenseStore, RaggedStore
+import numpy as np
+
+from .zrecord import DenseStore, RaggedStore, _out_problem
 from .zsampler import Sampler
 
 __all__ = ["DataLoader"]
@@ -31,6 +35,36 @@ __all__ = ["DataLoader"]
 
 def _identity(batch):
     return batch
+
+
+def _gather_allocated(allocate, name, ds):
+    """A gather for the dense store ``ds`` (stream ``name``) into memory from
+    ``allocate(name, shape, dtype)``; the batch carries the object it
+    returned (an array, or e.g. a pinned torch tensor that ``numpy.asarray``
+    views without a copy)."""
+    item_shape, dtype = ds.item_shape, ds.dtype
+
+    def gather(idxs):
+        shape = (len(idxs), *item_shape)
+        obj = allocate(name, shape, dtype)
+        arr = obj if isinstance(obj, np.ndarray) else np.asarray(obj)
+        # A view of obj's memory comes back at the same address every time;
+        # a copy (of a list, say) at a new one while the first is alive.
+        if arr is not obj and arr.size and np.asarray(obj).ctypes.data != arr.ctypes.data:
+            raise TypeError(
+                f"allocate({name!r}, {shape}, {dtype}) returned a "
+                f"{type(obj).__name__}, which numpy.asarray copies: the "
+                "records would not reach it"
+            )
+        problem = _out_problem(arr, shape, dtype)
+        if problem:
+            raise ValueError(
+                f"allocate({name!r}, {shape}, {dtype}) returned an array that {problem}"
+            )
+        ds.gather_into(idxs, arr)
+        return obj
+
+    return gather
 
 
 _WAIT = object()  # nothing to do yet
@@ -77,7 +111,7 @@ class _Pipeline:
     _GATHERERS = 2
 
     def __init__(self, streams, sampler, transform, num_workers, capacity,
-                 ordered, start_step):
+                 ordered, start_step, allocate=None):
         self.streams = streams
         # Our stores gather from any number of threads at once. Any other
         # stream (duck-typed: __len__ + __getitems__) is called as the
@@ -85,8 +119,13 @@ class _Pipeline:
         # batch under one lock, one batch at a time, since wrappers over one
         # file handle (seek, then read), or one object under two names,
         # would mix up concurrent batches.
-        self.gathers = [(name, ds.__getitems__, type(ds) not in (DenseStore, RaggedStore))
-                        for name, ds in streams.items()]
+        self.gathers = [
+            (name,
+             _gather_allocated(allocate, name, ds)
+             if allocate is not None and type(ds) is DenseStore else ds.__getitems__,
+             type(ds) not in (DenseStore, RaggedStore))
+            for name, ds in streams.items()
+        ]
         self.foreign_lock = threading.Lock()
         self.sampler = sampler
         self.transform = transform
@@ -327,7 +366,7 @@ class _Pipeline:
 class DataLoader:
     def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=4,
                  mode=2, seed=42, transform=_identity, *, rank=None, world=None,
-                 start_step=0, ordered=True):
+                 start_step=0, ordered=True, allocate=None):
         """Initialize a DataLoader over one or more named streams.
 
         A batch is a dict ``{name: values}``: the stacked ``(batch_size,
@@ -352,6 +391,17 @@ class DataLoader:
             start_step (int): First step to produce (exact resume).
             ordered (bool): Yield batches in step order (default) rather than
                 as workers finish.
+            allocate (callable, optional): ``allocate(name, shape, dtype)``
+                returns the memory a dense stream's batch is gathered into:
+                a NumPy array, or an object ``numpy.asarray`` views without
+                copying (a CPU torch tensor), writable and C-contiguous, of
+                exactly that shape and dtype. The batch then holds that
+                object, filled. Called on a gather thread, once per dense
+                stream and batch (ragged and foreign streams are gathered as
+                usual). For a CUDA model, return pinned tensors
+                (``torch.empty(shape, dtype=torch.uint8, pin_memory=True)``)
+                and the host-to-device copy can run asynchronously with no
+                extra copy on the way.
 
         Raises:
             ValueError: If ``streams`` is empty, the streams differ in record
@@ -378,11 +428,13 @@ class DataLoader:
         if not 0 <= start_step < 2**63:
             raise ValueError(f"start_step must be in [0, 2**63), got {start_step}")
         sampler.seek(start_step)
+        if allocate is not None and not callable(allocate):
+            raise TypeError(f"allocate must be callable, got {type(allocate).__name__}")
         self.sampler = sampler
         self._pipeline = _Pipeline(
             self.streams, sampler, transform, num_workers,
             capacity=max(1, prefetch_size + num_workers), ordered=bool(ordered),
-            start_step=int(start_step),
+            start_step=int(start_step), allocate=allocate,
         )
 
     @property

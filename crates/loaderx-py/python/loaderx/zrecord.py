@@ -97,6 +97,21 @@ def _identity_dtype(text):
     return np.dtype(text)
 
 
+def _out_problem(out, shape, dtype):
+    """Why the array ``out`` cannot take records of ``shape`` and ``dtype``
+    (``None`` if it can)."""
+    if out.dtype != dtype:
+        return (f"has dtype {_dtype_identity(out.dtype)!r}, the store holds "
+                f"{_dtype_identity(dtype)!r}")
+    if out.shape != shape:
+        return f"has shape {out.shape}, the records need {shape}"
+    if not out.flags.writeable:
+        return "is read-only"
+    if not out.flags.c_contiguous:
+        return "is not C-contiguous"
+    return None
+
+
 def _check_dtype(dtype):
     if dtype.hasobject:
         raise ValueError("object dtypes cannot be persisted")
@@ -440,6 +455,42 @@ class DenseStore(_Base):
             return np.empty(shape, dtype=self.dtype)
         # A new array of the batch, made and filled natively.
         return core.gather_new(idxs, self.dtype)
+
+    def gather_into(self, idx, out):
+        """Read the records at ``idx`` into ``out`` and return ``out``
+        (an extension; loaderx 1.7.2 has no such method).
+
+        ``idx`` takes every form ``ds[idx]`` does. ``out`` is a writable,
+        C-contiguous NumPy array of exactly the result's shape and the
+        store's dtype (byte order included): ``item_shape`` for one integer
+        index, ``(len, *item_shape)`` for anything else. No new array is
+        made, so a loop can refill one buffer, or fill memory allocated
+        elsewhere: page-locked (pinned) memory for fast copies to a GPU, a
+        shared-memory segment, a slice of a larger batch. The read releases
+        the GIL; ``out`` must not be used by another thread meanwhile.
+
+        Raises:
+            TypeError: ``out`` is not a NumPy array.
+            ValueError: wrong dtype or shape, or ``out`` is read-only or not
+                C-contiguous (each named with what was expected).
+        """
+        if not isinstance(out, np.ndarray):
+            raise TypeError(
+                f"out must be a numpy.ndarray, got {type(out).__name__}"
+            )
+        core = self._open()
+        if isinstance(idx, (int, np.integer)):
+            idxs = np.array([self._one(idx)], dtype=np.uint64)
+            shape = self.item_shape
+        else:
+            idxs = self._idxs(idx)
+            shape = (idxs.size, *self.item_shape)
+        problem = _out_problem(out, shape, self.dtype)
+        if problem:
+            raise ValueError(f"out {problem}")
+        if idxs.size:
+            core.gather_into(idxs, out.reshape(-1).view(np.uint8))
+        return out
 
 
 class RaggedStore(_Base):
