@@ -741,3 +741,28 @@ def test_allocate_must_be_callable():
     with pytest.raises(TypeError, match="allocate must be callable"):
         DataLoader(streams, allocate=np.zeros((2, 2)))
     close_all(streams)
+
+
+@ours_only
+def test_allocate_fills_torch_tensors_pinned_where_cuda_is():
+    """The documented GPU pattern with real torch (skipped without it): the
+    batch holds the tensors allocate made, filled in place."""
+    torch = pytest.importorskip("torch")
+    pin = torch.cuda.is_available()
+    types = {np.dtype(np.float32): torch.float32, np.dtype(np.int64): torch.int64}
+    made = []
+
+    def pinned(name, shape, dtype):
+        t = torch.empty(shape, dtype=types[dtype], pin_memory=pin)
+        made.append(t.data_ptr())
+        return t
+
+    x, streams = make_streams(40)
+    del streams["t"]
+    with DataLoader(streams, batch_size=8, allocate=pinned) as loader:
+        for _ in range(5):
+            b = next(loader)
+            assert isinstance(b["x"], torch.Tensor) and b["x"].data_ptr() in made
+            assert b["x"].is_pinned() == pin
+            np.testing.assert_array_equal(b["x"].numpy(), x[b["y"].numpy()])
+    close_all(streams)
