@@ -399,7 +399,7 @@ impl<'a> LitParser<'a> {
             None => Err("unexpected end of header".into()),
             Some(b'{') => self.dict(),
             Some(b'[') => self.seq(b']').map(Lit::Seq),
-            Some(b'(') => self.seq(b')').map(Lit::Seq),
+            Some(b'(') => self.tuple(),
             Some(b'\'') | Some(b'"') => self.string().map(Lit::Str),
             Some(b'-') | Some(b'+') | Some(b'0'..=b'9') => self.int(),
             Some(c) if c.is_ascii_alphabetic() => {
@@ -438,6 +438,21 @@ impl<'a> LitParser<'a> {
                 _ => return Err(format!("expected ',' or '}}' at byte {}", self.pos)),
             }
         }
+    }
+
+    /// `(...)`: a tuple, except that one value in parentheses with no
+    /// comma is just that value, as in Python (so a shape written `(6)` is
+    /// the integer 6, which NumPy refuses as a shape, and so do we).
+    fn tuple(&mut self) -> PResult<Lit> {
+        let open = self.pos;
+        let mut items = self.seq(b')')?;
+        // `seq` consumed `(`, the items and `)`: was there a comma after the
+        // one item?
+        let inner = self.text[open..self.pos - 1].trim_end();
+        if items.len() == 1 && !inner.ends_with(',') {
+            return Ok(items.pop().unwrap_or(Lit::None));
+        }
+        Ok(Lit::Seq(items))
     }
 
     fn seq(&mut self, close: u8) -> PResult<Vec<Lit>> {
@@ -1277,6 +1292,22 @@ mod tests {
         let Lit::Map(m) = lit else { panic!() };
         assert_eq!(m.len(), 3);
         assert_eq!(m[2].1, Lit::Seq(vec![Lit::Int(3), Lit::Int(4)]));
+    }
+
+    #[test]
+    fn parentheses_around_one_value_without_a_comma_are_grouping() {
+        let one = |s: &str| LitParser::new(s).parse_all().unwrap();
+        assert_eq!(one("(6)"), Lit::Int(6));
+        assert_eq!(one("( 6 )"), Lit::Int(6));
+        assert_eq!(one("(6,)"), Lit::Seq(vec![Lit::Int(6)]));
+        assert_eq!(one("(6 , )"), Lit::Seq(vec![Lit::Int(6)]));
+        assert_eq!(one("((6,))"), Lit::Seq(vec![Lit::Int(6)]));
+        assert_eq!(one("('a,')"), Lit::Str("a,".into()));
+        assert_eq!(one("()"), Lit::Seq(vec![]));
+        assert_eq!(
+            one("((1, 2),)"),
+            Lit::Seq(vec![Lit::Seq(vec![Lit::Int(1), Lit::Int(2)])])
+        );
     }
 
     #[test]

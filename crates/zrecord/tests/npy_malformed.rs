@@ -103,6 +103,11 @@ fn each_malformation_has_its_error() {
             |p| matches!(p, NpyHeaderProblem::BadValue { key: "shape", .. }),
         ),
         (
+            // `(2)` is the integer 2 in Python, not a tuple: NumPy refuses it.
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2)}",
+            |p| matches!(p, NpyHeaderProblem::BadValue { key: "shape", .. }),
+        ),
+        (
             "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}",
             |p| matches!(p, NpyHeaderProblem::BadValue { key: "shape", .. }),
         ),
