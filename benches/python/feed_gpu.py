@@ -59,12 +59,13 @@ def build(path, codec, n):
 
 def side(path, batches, ceiling, variant="plain"):
     import numpy as np
+    import inspect
     import torch
-    import loaderx
     from loaderx.zrecord import DenseStore
     from loaderx.dataloader import DataLoader
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    allocating = variant == "allocate" and hasattr(loaderx, "_native")
+    allocating = (variant == "allocate"
+                  and "allocate" in inspect.signature(DataLoader).parameters)
     pinned = variant in ("pinned", "allocate") and not allocating
 
     def step(x, y):

@@ -725,6 +725,9 @@ def test_allocate_supplies_each_dense_batchs_memory():
     (lambda name, shape, dtype: np.empty((1, *shape), dtype), ValueError, "shape"),
     (lambda name, shape, dtype: np.empty(shape, dtype).tolist(), TypeError, "list.*copies"),
     (lambda name, shape, dtype: 1 / 0, ZeroDivisionError, "division"),
+    (lambda name, shape, dtype: None, TypeError, r"allocate\('x'.*None"),
+    (lambda name, shape, dtype: np.empty(shape[::-1], dtype).T, ValueError, "C-contiguous"),
+    (lambda name, shape, dtype: next(iter(())), RuntimeError, "gathering the batch raised StopIteration"),
 ])
 def test_a_bad_allocate_result_reraises_in_the_consumer(bad, err, msg):
     x, streams = make_streams(20)
@@ -765,4 +768,42 @@ def test_allocate_fills_torch_tensors_pinned_where_cuda_is():
             assert isinstance(b["x"], torch.Tensor) and b["x"].data_ptr() in made
             assert b["x"].is_pinned() == pin
             np.testing.assert_array_equal(b["x"].numpy(), x[b["y"].numpy()])
+    close_all(streams)
+
+
+@ours_only
+def test_allocate_refuses_a_read_only_array_and_one_buffer_handed_out_twice():
+    x, streams = make_streams(40)
+    del streams["y"], streams["t"]
+
+    def read_only(name, shape, dtype):
+        a = np.empty(shape, dtype)
+        a.flags.writeable = False
+        return a
+
+    with DataLoader(streams, batch_size=4, num_workers=1, allocate=read_only) as loader:
+        with pytest.raises(ValueError, match="read-only"):
+            next(loader)
+    # One fixed buffer per stream: the second batch in the pipeline would
+    # overwrite the first. Refused, naming both requests.
+    fixed = np.empty((4, 2, 3), np.float32)
+    with DataLoader(streams, batch_size=4, num_workers=1,
+                    allocate=lambda name, shape, dtype: fixed) as loader:
+        with pytest.raises(ValueError, match=r"allocate\('x'.*a batch still in the pipeline owns"):
+            for _ in range(200):  # the pipeline runs ahead: two batches meet
+                next(loader)
+    # Slices of one big buffer, each batch its own: fine, whatever the order.
+    big = np.empty((1000, 2, 3), np.float32)
+    count = iter(range(10**9))
+    lock = threading.Lock()
+
+    def slices(name, shape, dtype):
+        with lock:
+            k = next(count) % 250
+        return big[4 * k:4 * k + 4]
+
+    with DataLoader(streams, batch_size=4, num_workers=2, allocate=slices) as loader:
+        for _, b in zip(range(30), loader):
+            assert b["x"].base is big
+            np.testing.assert_array_equal(b["x"], x[np.asarray(b["x"][:, 0, 0] // 6, dtype=np.int64)])
     close_all(streams)

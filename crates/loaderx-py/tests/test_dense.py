@@ -562,11 +562,51 @@ def test_gather_into_refuses_an_unfit_output_and_writes_nothing():
 
 
 @ours_only
-def test_gather_into_an_index_array_that_is_the_output_is_refused():
-    """The index array and the output overlapping: the borrow check refuses
-    rather than reading indices that the gather overwrites."""
+def test_gather_into_an_output_that_is_also_the_index_array():
+    """Indices read from the bytes being overwritten: they are copied first,
+    so the result is the gather of the indices as they were."""
     with DenseStore("data", np.uint64, (), codec="raw") as ds:
-        ds.append(np.arange(4000, dtype=np.uint64))
-        buf = np.arange(3000, dtype=np.uint64)
-        with pytest.raises(Exception, match="(?i)borrow"):
-            ds.gather_into(buf, buf)
+        ds.append(np.arange(4000, dtype=np.uint64)[::-1].copy())
+        for n in (100, 3000):  # the short native path and the long NumPy one
+            buf = np.arange(n, dtype=np.uint64)
+            want = ds[buf.copy()]
+            assert ds.gather_into(buf, buf) is buf
+            np.testing.assert_array_equal(buf, want)
+        # Two arrays over one bytearray (different bases, same bytes).
+        raw = bytearray(np.arange(3000, dtype=np.uint64).tobytes())
+        a = np.frombuffer(memoryview(raw), np.uint64)
+        b = np.frombuffer(memoryview(raw), np.uint64)
+        want = ds[a.copy()]
+        ds.gather_into(a, b)
+        np.testing.assert_array_equal(b, want)
+
+
+@ours_only
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix
+def test_gather_into_large_batches_and_odd_arrays(tmp_path):
+    """A batch big enough to be gathered on every core, into the caller's
+    memory; more indices than the short native path takes; NumPy subclasses
+    and a memory-mapped output."""
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 255, (300, 64 << 10), dtype=np.uint8)
+    with DenseStore("big", np.uint8, (64 << 10,), codec="zstd") as ds:
+        ds.append(data)
+        idx = rng.integers(0, 300, 256)
+        out = np.empty((256, 64 << 10), np.uint8)
+        ds.gather_into(idx, out)
+        np.testing.assert_array_equal(out, data[idx])
+    with DenseStore("small", np.int32, (2,), codec="raw") as ds:
+        small = np.arange(10000, dtype=np.int32).reshape(5000, 2)
+        ds.append(small)
+        idx = rng.integers(-5000, 5000, 4096)
+        out = np.empty((4096, 2), np.int32)
+        ds.gather_into(idx, out)
+        np.testing.assert_array_equal(out, small[idx])
+        m = np.asmatrix(np.zeros((2, 2), np.int32))
+        ds.gather_into([1, 2], m)
+        np.testing.assert_array_equal(np.asarray(m), small[[1, 2]])
+        mm = np.memmap(tmp_path / "out.bin", np.int32, "w+", shape=(3, 2))
+        ds.gather_into([4, 0, 4], mm)
+        mm.flush()
+        np.testing.assert_array_equal(np.fromfile(tmp_path / "out.bin", np.int32).reshape(3, 2),
+                                      small[[4, 0, 4]])

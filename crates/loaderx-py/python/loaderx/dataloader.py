@@ -41,26 +41,38 @@ def _gather_allocated(allocate, name, ds):
     """A gather for the dense store ``ds`` (stream ``name``) into memory from
     ``allocate(name, shape, dtype)``; the batch carries the object it
     returned (an array, or e.g. a pinned torch tensor that ``numpy.asarray``
-    views without a copy)."""
+    views without a copy). ``claim(what, arr)`` reserves the array's memory
+    for the batch (see ``_Pipeline._claim_memory``) before it is written."""
     item_shape, dtype = ds.item_shape, ds.dtype
 
-    def gather(idxs):
+    def gather(idxs, claim):
         shape = (len(idxs), *item_shape)
+        what = f"allocate({name!r}, {shape}, {dtype})"
         obj = allocate(name, shape, dtype)
-        arr = obj if isinstance(obj, np.ndarray) else np.asarray(obj)
-        # A view of obj's memory comes back at the same address every time;
-        # a copy (of a list, say) at a new one while the first is alive.
-        if arr is not obj and arr.size and np.asarray(obj).ctypes.data != arr.ctypes.data:
-            raise TypeError(
-                f"allocate({name!r}, {shape}, {dtype}) returned a "
-                f"{type(obj).__name__}, which numpy.asarray copies: the "
-                "records would not reach it"
-            )
+        if obj is None:
+            raise TypeError(f"{what} returned None (a missing return?)")
+        if isinstance(obj, np.ndarray):
+            arr = obj
+        else:
+            try:
+                arr = np.asarray(obj)
+            except Exception as exc:
+                raise TypeError(
+                    f"{what} returned a {type(obj).__name__} that NumPy cannot "
+                    f"view in place ({exc})"
+                ) from exc
+            # A view of obj's memory comes back at the same address every
+            # time; a copy (of a list, say) at a new one while the first is
+            # alive.
+            if arr.size and np.asarray(obj).ctypes.data != arr.ctypes.data:
+                raise TypeError(
+                    f"{what} returned a {type(obj).__name__}, which numpy.asarray "
+                    "copies: the records would not reach it"
+                )
         problem = _out_problem(arr, shape, dtype)
         if problem:
-            raise ValueError(
-                f"allocate({name!r}, {shape}, {dtype}) returned an array that {problem}"
-            )
+            raise ValueError(f"{what} returned an array that {problem}")
+        claim(what, arr)
         ds.gather_into(idxs, arr)
         return obj
 
@@ -119,13 +131,19 @@ class _Pipeline:
         # batch under one lock, one batch at a time, since wrappers over one
         # file handle (seek, then read), or one object under two names,
         # would mix up concurrent batches.
+        #
+        # With ``allocate``, a dense stream is gathered into memory the
+        # caller supplies (``gather(idxs, claim)``); ``lent`` holds, per
+        # batch not yet delivered, the address ranges of that memory, so a
+        # buffer handed out again while a batch in the pipeline still owns it
+        # is an error instead of two batches silently sharing bytes.
         self.gathers = [
-            (name,
-             _gather_allocated(allocate, name, ds)
-             if allocate is not None and type(ds) is DenseStore else ds.__getitems__,
-             type(ds) not in (DenseStore, RaggedStore))
+            (name, ds.__getitems__, type(ds) not in (DenseStore, RaggedStore), False)
+            if allocate is None or type(ds) is not DenseStore
+            else (name, _gather_allocated(allocate, name, ds), False, True)
             for name, ds in streams.items()
         ]
+        self.lent = {}  # ticket -> [(start, end, what)]
         self.foreign_lock = threading.Lock()
         self.sampler = sampler
         self.transform = transform
@@ -178,14 +196,15 @@ class _Pipeline:
             self.close(timeout=5.0)
             raise
 
-    def _fail(self, exc, ticket=None):
-        """Records a failure at ``ticket``. In ordered mode the batches before
-        it are still finished and delivered first (as the Rust loader does),
-        so where an error surfaces does not depend on thread timing."""
+    def _fail(self, exc, ticket=None, during="the transform"):
+        """Records a failure at ``ticket`` (raised ``during`` what). In
+        ordered mode the batches before it are still finished and delivered
+        first (as the Rust loader does), so where an error surfaces does not
+        depend on thread timing."""
         if isinstance(exc, StopIteration):
             # Raised from next(), it would end the consumer's for loop as if
             # the endless loader were exhausted (PEP 479's reasoning).
-            err = RuntimeError(f"the transform raised {exc!r}")
+            err = RuntimeError(f"{during} raised {exc!r}")
             err.__cause__ = exc
             exc = err
         with self.lock:
@@ -232,14 +251,18 @@ class _Pipeline:
                 step, idxs = self.sampler._draw()
                 ticket = self.tickets
                 self.tickets += 1
-            got = {name: gather(idxs) for name, gather, foreign in self.gathers
-                   if not foreign}
+            got = {}
+            for name, gather, foreign, allocated in self.gathers:
+                if allocated:
+                    got[name] = gather(idxs, lambda what, arr: self._claim_memory(ticket, what, arr))
+                elif not foreign:
+                    got[name] = gather(idxs)
             if len(got) < len(self.gathers):
                 with self.foreign_lock:
-                    for name, gather, foreign in self.gathers:
+                    for name, gather, foreign, _ in self.gathers:
                         if foreign:
                             got[name] = gather(idxs)
-            batch = {name: got[name] for name, _, _ in self.gathers}  # stream order
+            batch = {name: got[name] for name, *_ in self.gathers}  # stream order
             with self.lock:
                 if self.stopped:
                     return False
@@ -247,8 +270,28 @@ class _Pipeline:
                 self.cond.notify_all()
             return True
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
-            self._fail(exc, ticket)
+            self._fail(exc, ticket, "gathering the batch")
             return False
+
+    def _claim_memory(self, ticket, what, arr):
+        """Reserves ``arr``'s bytes for batch ``ticket`` until it is
+        delivered; raises if a batch still in the pipeline owns any of
+        them."""
+        start = arr.ctypes.data
+        end = start + arr.nbytes
+        if start == end:
+            return
+        with self.lock:
+            for other, ranges in self.lent.items():
+                for lo, hi, owner in ranges:
+                    if lo < end and start < hi:
+                        raise ValueError(
+                            f"{what} returned memory that a batch still in the "
+                            f"pipeline owns (from {owner}): allocate must return "
+                            "memory nothing else uses until the consumer is done "
+                            "with the batch it fills"
+                        )
+            self.lent.setdefault(ticket, []).append((start, end, what))
 
     def _claim_work(self):
         """(Lock held.) Takes a gathered batch, or says to wait or stop."""
@@ -332,6 +375,7 @@ class _Pipeline:
         left ordered mode waiting forever for it)."""
         ticket, step, delivered, out = self.taking
         self.done.pop(ticket, None)
+        self.lent.pop(ticket, None)  # the consumer's now
         self.delivered = delivered
         if self.next_ticket <= ticket:
             self.next_ticket = ticket + 1
@@ -349,6 +393,7 @@ class _Pipeline:
             self.stopped = True
             self.raw.clear()
             self.done.clear()
+            self.lent.clear()
             self.taking = None
             # The failure's traceback holds frames whose locals are this
             # pipeline and its loader: a cycle that kept the stores (fds,
@@ -396,12 +441,18 @@ class DataLoader:
                 a NumPy array, or an object ``numpy.asarray`` views without
                 copying (a CPU torch tensor), writable and C-contiguous, of
                 exactly that shape and dtype. The batch then holds that
-                object, filled. Called on a gather thread, once per dense
-                stream and batch (ragged and foreign streams are gathered as
-                usual). For a CUDA model, return pinned tensors
-                (``torch.empty(shape, dtype=torch.uint8, pin_memory=True)``)
-                and the host-to-device copy can run asynchronously with no
-                extra copy on the way.
+                object, filled. Called on the gather threads (two, so it must
+                be thread-safe), once per dense stream and batch; ragged and
+                foreign streams are gathered as usual. Each call must return
+                memory nothing else uses until the consumer is done with the
+                batch it fills (and any asynchronous copy from it has
+                finished): up to ``prefetch_size + num_workers`` batches wait
+                in the pipeline, besides those the consumer holds. Memory a
+                batch in the pipeline still owns is refused with an error.
+                For a CUDA model, return pinned tensors
+                (``torch.empty(shape, dtype=..., pin_memory=True)``, which
+                PyTorch recycles safely) and the host-to-device copy runs
+                asynchronously with no extra copy on the way.
 
         Raises:
             ValueError: If ``streams`` is empty, the streams differ in record

@@ -467,7 +467,8 @@ class DenseStore(_Base):
         made, so a loop can refill one buffer, or fill memory allocated
         elsewhere: page-locked (pinned) memory for fast copies to a GPU, a
         shared-memory segment, a slice of a larger batch. The read releases
-        the GIL; ``out`` must not be used by another thread meanwhile.
+        the GIL; ``out`` must not be used by another thread meanwhile. If the
+        read fails (a damaged record), ``out`` may be partly written.
 
         Raises:
             TypeError: ``out`` is not a NumPy array.
@@ -489,7 +490,10 @@ class DenseStore(_Base):
         if problem:
             raise ValueError(f"out {problem}")
         if idxs.size:
-            core.gather_into(idxs, out.reshape(-1).view(np.uint8))
+            if np.may_share_memory(idxs, out):
+                idxs = idxs.copy()  # indices read from the bytes being written
+            flat = out.view(np.ndarray).reshape(-1).view(np.uint8)
+            core.gather_into(idxs, flat)
         return out
 
 
