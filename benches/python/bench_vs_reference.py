@@ -310,6 +310,20 @@ class RaggedWorker:
             del x
         return {"s": (time.perf_counter() - t) / len(self.plan)}
 
+    def packed(self):
+        """The same batches as one packed array + offsets (ours only:
+        ``RaggedStore.gather_packed``, an extension)."""
+        rs = self.rs
+        if not hasattr(self, "checked"):
+            values, offsets, _ = rs.gather_packed(self.plan[0])
+            assert values.tobytes() == b"".join(g.tobytes() for g in rs[self.plan[0]])
+            self.checked = True
+        t = time.perf_counter()
+        for idx in self.plan:
+            x = rs.gather_packed(idx)
+            del x
+        return {"s": (time.perf_counter() - t) / len(self.plan)}
+
 
 class SamplerWorker:
     def __init__(self, np, arg, path):
@@ -448,13 +462,14 @@ def median(xs):
 
 
 def interleave(servers, cmd, rounds):
-    """`rounds` rounds of `cmd` on every server in turn: {name: [result, ...]}."""
+    """`rounds` rounds of `cmd` (or `cmd[name]` per server) on every server
+    in turn: {name: [result, ...]}."""
     out = {name: [] for name in servers}
     names = list(servers)
     for k in range(rounds):
         # Rotate who goes first, so no side always follows the same one.
         for name in names[k % len(names):] + names[:k % len(names)]:
-            out[name].append(servers[name](cmd))
+            out[name].append(servers[name](cmd[name] if isinstance(cmd, dict) else cmd))
     if VERBOSE:
         for name, rs in out.items():
             print(f"  {cmd} {name}: " + " ".join(f"{r['s'] * 1e3:.2f}" for r in rs) + " ms",
@@ -595,6 +610,13 @@ def main():
                 m = {k: median([BATCH / r["s"] / 1000 for r in v]) for k, v in res.items()}
                 ratio = median([r["s"] / o["s"] for r, o in zip(res["ref"], res["ours"])])
                 emit(f"ragged gather {rest} (256 records)", "krec/s", m["ref"], m["ours"], ratio)
+                # Ours packed (one array + offsets) against the reference's
+                # list, the only form it has.
+                res = interleave(srv, {"ref": "gather", "ours": "packed"}, R)
+                m = {k: median([BATCH / r["s"] / 1000 for r in v]) for k, v in res.items()}
+                ratio = median([r["s"] / o["s"] for r, o in zip(res["ref"], res["ours"])])
+                emit(f"ragged gather {rest}, ours packed (ref: list)", "krec/s",
+                     m["ref"], m["ours"], ratio)
                 for s in srv.values():
                     s.close()
             elif kind == "sampler":

@@ -709,6 +709,20 @@ pub struct PyRaggedCore {
 }
 
 impl PyRaggedCore {
+    /// The records at `idxs`, gathered with the GIL released.
+    fn gather_batch(&self, py: Python<'_>, idxs: &[u64]) -> PyResult<RaggedBatch> {
+        let lock = &self.core;
+        py.detach(|| {
+            let g = lock.read().unwrap_or_else(|p| p.into_inner());
+            g.as_ref().map(|c| {
+                let mut batch = RaggedBatch::new();
+                c.gather_into(idxs, &mut batch).map(|()| batch)
+            })
+        })
+        .ok_or_else(|| closed(py))?
+        .or_py(py)
+    }
+
     fn with<R: Send>(
         &self,
         py: Python<'_>,
@@ -832,19 +846,74 @@ impl PyRaggedCore {
         idxs: PyReadonlyArray1<'py, u64>,
         dtype: Bound<'py, PyArrayDescr>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let idxs = idxs.as_slice()?;
-        let lock = &self.core;
-        let batch = py
-            .detach(|| {
-                let g = lock.read().unwrap_or_else(|p| p.into_inner());
-                g.as_ref().map(|c| {
-                    let mut batch = RaggedBatch::new();
-                    c.gather_into(idxs, &mut batch).map(|()| batch)
-                })
-            })
-            .ok_or_else(|| closed(py))?
-            .or_py(py)?;
+        let batch = self.gather_batch(py, idxs.as_slice()?)?;
         ragged_views(py, &batch, &dtype)
+    }
+
+    /// Gathers the records at `idxs` (GIL released) packed:
+    /// `(values, offsets, shapes)`, every record's elements concatenated in
+    /// one new 1-D `dtype` array, `len + 1` int64 element offsets, and each
+    /// record's shape as a tuple.
+    #[allow(clippy::type_complexity)]
+    fn gather_packed<'py>(
+        &self,
+        py: Python<'py>,
+        idxs: PyReadonlyArray1<'py, u64>,
+        dtype: Bound<'py, PyArrayDescr>,
+    ) -> PyResult<(
+        Bound<'py, numpy::PyUntypedArray>,
+        Bound<'py, PyArray1<i64>>,
+        Bound<'py, PyList>,
+    )> {
+        plain_bytes_dtype(&dtype)?;
+        let itemsize = dtype.itemsize();
+        let batch = self.gather_batch(py, idxs.as_slice()?)?;
+        let n = batch.len();
+        let offsets = new_array1::<i64>(py, n + 1)?;
+        let mut shapes = Vec::with_capacity(n);
+        {
+            let mut w = offsets.readwrite();
+            let o = w.as_slice_mut()?;
+            o[0] = 0;
+            for k in 0..n {
+                let shape = batch.shape(k);
+                let (a, b) = (batch.offsets()[k], batch.offsets()[k + 1]);
+                let fits = a <= b
+                    && b <= batch.data().len()
+                    && shape
+                        .iter()
+                        .try_fold(itemsize as u64, |acc, &d| acc.checked_mul(d))
+                        .is_some_and(|bytes| bytes == (b - a) as u64);
+                if !fits || itemsize == 0 {
+                    return Err(PyValueError::new_err(format!(
+                        "record {k}: shape {shape:?} of {itemsize}-byte items does not match its {} bytes",
+                        b.saturating_sub(a)
+                    )));
+                }
+                o[k + 1] = i64::try_from(b / itemsize).map_err(|_| {
+                    pyo3::exceptions::PyMemoryError::new_err("packed batch too large")
+                })?;
+                shapes.push(PyTuple::new(py, shape)?);
+            }
+        }
+        let data = batch.data();
+        let len = if n == 0 { 0 } else { batch.offsets()[n] };
+        let values = new_array(py, dtype, &[len.checked_div(itemsize).unwrap_or(0)])?;
+        if len > 0 {
+            // SAFETY: `values` was just made here, C-contiguous, holding
+            // `len / itemsize` items of `itemsize` bytes, which is `len`
+            // bytes (every record's length is a multiple of `itemsize`,
+            // checked above, and they sum to `len`); no other reference to
+            // it exists yet. `data` holds at least `len` bytes (each record
+            // end `b <= data.len()`, checked above).
+            unsafe {
+                let dst = (*numpy::npyffi::_PyArray_GET_ITEM_DATA(values.as_array_ptr()))
+                    .data
+                    .cast::<u8>();
+                std::ptr::copy_nonoverlapping(data.as_ptr(), dst, len);
+            }
+        }
+        Ok((values, offsets, PyList::new(py, shapes)?))
     }
 
     fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {

@@ -807,3 +807,20 @@ def test_allocate_refuses_a_read_only_array_and_one_buffer_handed_out_twice():
             assert b["x"].base is big
             np.testing.assert_array_equal(b["x"], x[np.asarray(b["x"][:, 0, 0] // 6, dtype=np.int64)])
     close_all(streams)
+
+
+@ours_only
+def test_packed_ragged_streams_come_as_one_array_with_offsets():
+    x, streams = make_streams(60)
+    with DataLoader(streams, batch_size=8, num_workers=2, packed=["t"]) as loader:
+        for _, batch in zip(range(10), loader):
+            values, offsets, shapes = batch["t"]
+            assert values.dtype == np.int32 and list(np.diff(offsets)) == [s[0] for s in shapes]
+            for k, i in enumerate(batch["y"]):
+                rec = values[offsets[k]:offsets[k + 1]]
+                assert shapes[k] == (i % 5 + 1,) and (rec == i).all()
+            assert isinstance(batch["x"], np.ndarray)  # dense streams as before
+    for bad, msg in ((["x"], "'x', which is a DenseStore"), (["nope"], "'nope', which is no such")):
+        with pytest.raises(ValueError, match=msg):
+            DataLoader(streams, packed=bad)
+    close_all(streams)

@@ -94,6 +94,12 @@ def test_doc_example_runs(code, monkeypatch):
     if "to_torch" in env or "pinned" in env:
         x, y = env["x"], env["y"]
         assert x.a.shape == (256, 8, 8, 3) and y.a.shape == (256,)
+    if "cu_seqlens" in env:
+        # The packed-sequences example: 64 sequences back to back.
+        t, cu, shapes = env["tokens"], env["cu_seqlens"], env["shapes"]
+        assert len(cu) == 65 and cu[-1] == len(t)
+        assert [s[0] for s in shapes] == list(np.diff(cu)) and env["max_seqlen"] >= 16
+        assert (t[cu[1]:cu[2]] == np.arange(cu[2] - cu[1])).all()
     if "pinned" in env:
         # Gathered into the "pinned" tensors: the records, not their fill.
         assert y.a.dtype == np.int64 and (y.a < 300).all() and not x.a.any()

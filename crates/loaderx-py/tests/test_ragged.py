@@ -164,3 +164,43 @@ def test_gathered_records_outlive_the_batch_and_store():
     keep[...] = -1
     np.testing.assert_array_equal(again, recs[7])
     assert not np.shares_memory(keep, again)
+
+
+@ours_only
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_gather_packed_concatenates_records_with_offsets_and_shapes(codec):
+    rng = np.random.default_rng(5)
+    recs = [rng.integers(-9, 9, rng.integers(1, 40), dtype=np.int32) for _ in range(50)]
+    recs += [np.int32(7), np.arange(24, dtype=np.int32).reshape(2, 3, 4)]  # rank 0 and 3
+    with RaggedStore("r", np.int32, codec=codec) as rs:
+        rs.append(recs)
+        for idx in ([50, 3, 51, 3], slice(None, None, -7), np.arange(52) % 2 == 0, -1, []):
+            values, offsets, shapes = rs.gather_packed(idx)
+            want = rs[idx] if not isinstance(idx, int) else [rs[idx]]
+            assert values.dtype == np.int32 and values.ndim == 1
+            assert offsets.dtype == np.int64 and len(offsets) == len(want) + 1
+            assert offsets[0] == 0 and offsets[-1] == len(values)
+            assert shapes == [w.shape for w in want]
+            for k, w in enumerate(want):
+                np.testing.assert_array_equal(
+                    values[offsets[k]:offsets[k + 1]].reshape(shapes[k]), w)
+        with pytest.raises(IndexError):
+            rs.gather_packed([52])
+
+
+@ours_only
+def test_gather_packed_structured_and_bytes_records():
+    dt = structured_dtype()
+    recs = [np.zeros(n, dt) for n in (1, 3, 2)]
+    for k, r in enumerate(recs):
+        r["x"] = k
+        r["inner"]["b"] = -k
+    with RaggedStore("s", dt) as rs:
+        rs.append(recs)
+        values, offsets, shapes = rs.gather_packed([2, 0])
+        assert values.dtype == dt and list(offsets) == [0, 2, 3] and shapes == [(2,), (1,)]
+        assert values.tobytes() == recs[2].tobytes() + recs[0].tobytes()
+    with RaggedStore("b", np.uint8) as rs:
+        rs.append([b"hello", b"", b"!"] [::2])
+        values, offsets, _ = rs.gather_packed([0, 1])
+        assert values.tobytes() == b"hello!" and list(offsets) == [0, 5, 6]

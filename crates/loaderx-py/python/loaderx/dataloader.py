@@ -123,7 +123,7 @@ class _Pipeline:
     _GATHERERS = 2
 
     def __init__(self, streams, sampler, transform, num_workers, capacity,
-                 ordered, start_step, allocate=None):
+                 ordered, start_step, allocate=None, packed=frozenset()):
         self.streams = streams
         # Our stores gather from any number of threads at once. Any other
         # stream (duck-typed: __len__ + __getitems__) is called as the
@@ -138,9 +138,10 @@ class _Pipeline:
         # buffer handed out again while a batch in the pipeline still owns it
         # is an error instead of two batches silently sharing bytes.
         self.gathers = [
-            (name, ds.__getitems__, type(ds) not in (DenseStore, RaggedStore), False)
-            if allocate is None or type(ds) is not DenseStore
-            else (name, _gather_allocated(allocate, name, ds), False, True)
+            (name, _gather_allocated(allocate, name, ds), False, True)
+            if allocate is not None and type(ds) is DenseStore
+            else (name, ds.gather_packed, False, False) if name in packed
+            else (name, ds.__getitems__, type(ds) not in (DenseStore, RaggedStore), False)
             for name, ds in streams.items()
         ]
         self.lent = {}  # ticket -> [(start, end, what)]
@@ -411,7 +412,7 @@ class _Pipeline:
 class DataLoader:
     def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=4,
                  mode=2, seed=42, transform=_identity, *, rank=None, world=None,
-                 start_step=0, ordered=True, allocate=None):
+                 start_step=0, ordered=True, allocate=None, packed=()):
         """Initialize a DataLoader over one or more named streams.
 
         A batch is a dict ``{name: values}``: the stacked ``(batch_size,
@@ -453,6 +454,11 @@ class DataLoader:
                 (``torch.empty(shape, dtype=..., pin_memory=True)``, which
                 PyTorch recycles safely) and the host-to-device copy runs
                 asynchronously with no extra copy on the way.
+            packed (iterable of str): Ragged streams to deliver packed, as
+                ``RaggedStore.gather_packed`` returns them: ``(values,
+                offsets, shapes)``, one array for the batch instead of a
+                list of per-record arrays (``offsets`` is what
+                variable-length attention kernels call ``cu_seqlens``).
 
         Raises:
             ValueError: If ``streams`` is empty, the streams differ in record
@@ -481,11 +487,22 @@ class DataLoader:
         sampler.seek(start_step)
         if allocate is not None and not callable(allocate):
             raise TypeError(f"allocate must be callable, got {type(allocate).__name__}")
+        if isinstance(packed, str):
+            packed = (packed,)
+        packed = frozenset(packed)
+        for name in sorted(packed):
+            if not isinstance(self.streams.get(name), RaggedStore):
+                what = ("no such stream" if name not in self.streams
+                        else f"a {type(self.streams[name]).__name__}")
+                raise ValueError(
+                    f"packed names {name!r}, which is {what}: only RaggedStore "
+                    f"streams can be packed (streams: {sorted(self.streams)})"
+                )
         self.sampler = sampler
         self._pipeline = _Pipeline(
             self.streams, sampler, transform, num_workers,
             capacity=max(1, prefetch_size + num_workers), ordered=bool(ordered),
-            start_step=int(start_step), allocate=allocate,
+            start_step=int(start_step), allocate=allocate, packed=packed,
         )
 
     @property

@@ -559,6 +559,25 @@ class RaggedStore(_Base):
     def _get_one(self, j):
         return self._open().gather(np.array([j], dtype=np.uint64), self.dtype)[0]
 
+    def gather_packed(self, idx):
+        """The records at ``idx`` packed into one array (an extension;
+        loaderx 1.7.2 has no such method): ``(values, offsets, shapes)``.
+
+        ``values`` is a new 1-D array of the store's dtype holding every
+        record's elements in order (each record's in C order); ``offsets``
+        is an int64 array of ``len + 1`` element offsets, so record ``k`` is
+        ``values[offsets[k]:offsets[k + 1]].reshape(shapes[k])``; ``shapes``
+        is a list of shape tuples. ``idx`` takes every form ``rs[idx]``
+        does (one integer gives a batch of one).
+
+        One array per batch instead of one per record: what sequence
+        packing and variable-length attention kernels take (``offsets`` is
+        their ``cu_seqlens``, ``np.diff(offsets)`` the lengths), and cheaper
+        to make than a list of arrays.
+        """
+        core = self._open()
+        return core.gather_packed(self._idxs(idx), self.dtype)
+
     def __getitems__(self, idxs):
         core = self._open()
         idxs = self._idxs(idxs)
