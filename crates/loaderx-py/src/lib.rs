@@ -619,6 +619,57 @@ impl PyDenseCore {
 /// NumPy's limit on dimensions (`NPY_MAXDIMS` in NumPy 2).
 const MAX_DIMS: usize = 64;
 
+/// Checks record `k` of `batch` (store index `index` of the store at
+/// `path`) against `itemsize`: its shape must fit NumPy and cover exactly
+/// its payload bytes. The error is the store's `CorruptRecord`, naming the
+/// store, the index and what disagrees.
+fn check_ragged_record(
+    py: Python<'_>,
+    batch: &RaggedBatch,
+    k: usize,
+    itemsize: usize,
+    index: u64,
+    path: &std::path::Path,
+) -> PyResult<(usize, usize)> {
+    let shape = batch.shape(k);
+    let (a, b) = (batch.offsets()[k], batch.offsets()[k + 1]);
+    let problem = if a > b || b > batch.data().len() {
+        Some(format!("its payload range {a}..{b} lies outside the batch"))
+    } else if shape.len() > MAX_DIMS {
+        Some(format!(
+            "stored rank {} exceeds NumPy's {MAX_DIMS} dimensions",
+            shape.len()
+        ))
+    } else if let Some(d) = shape.iter().find(|&&d| d > isize::MAX as u64) {
+        Some(format!("stored dimension {d} exceeds what NumPy can index"))
+    } else if itemsize == 0 {
+        Some("the dtype has zero-byte items".to_string())
+    } else {
+        let need = shape
+            .iter()
+            .try_fold(itemsize as u64, |acc, &d| acc.checked_mul(d));
+        match need {
+            Some(need) if need == (b - a) as u64 && isize::try_from(need).is_ok() => None,
+            Some(need) => Some(format!(
+                "shape {shape:?} of {itemsize}-byte items needs {need} bytes, the payload has {}",
+                b - a
+            )),
+            None => Some(format!(
+                "shape {shape:?} of {itemsize}-byte items overflows 64 bits (the payload has {} bytes)",
+                b - a
+            )),
+        }
+    };
+    match problem {
+        None => Ok((a, b)),
+        Some(p) => Err(zerr(
+            py,
+            "CorruptRecord",
+            format!("{}: record {index} is corrupted: {p}", path.display()),
+        )),
+    }
+}
+
 /// The records of `batch` as a list of `dtype` arrays, each a view (with
 /// its stored shape, C order, writeable) into one packed `uint8` copy of
 /// the payloads that is every view's base object.
@@ -626,6 +677,8 @@ fn ragged_views<'py>(
     py: Python<'py>,
     batch: &RaggedBatch,
     dtype: &Bound<'py, PyArrayDescr>,
+    idxs: &[u64],
+    path: &std::path::Path,
 ) -> PyResult<Bound<'py, PyList>> {
     use numpy::npyffi::{self, PY_ARRAY_API};
     plain_bytes_dtype(dtype)?;
@@ -642,23 +695,9 @@ fn ragged_views<'py>(
     let n = batch.len();
     let mut out = Vec::with_capacity(n);
     let mut dims = [0 as npyffi::npy_intp; MAX_DIMS];
-    for k in 0..n {
+    for (k, &index) in idxs.iter().enumerate().take(n) {
+        let (a, _) = check_ragged_record(py, batch, k, itemsize, index, path)?;
         let shape = batch.shape(k);
-        let (a, b) = (batch.offsets()[k], batch.offsets()[k + 1]);
-        let fits = a <= b
-            && b <= batch.data().len()
-            && shape.len() <= MAX_DIMS
-            && shape
-                .iter()
-                .try_fold(itemsize as u64, |acc, &d| acc.checked_mul(d))
-                .is_some_and(|bytes| bytes == (b - a) as u64)
-            && shape.iter().all(|&d| npyffi::npy_intp::try_from(d).is_ok());
-        if !fits {
-            return Err(PyValueError::new_err(format!(
-                "record {k}: shape {shape:?} of {itemsize}-byte items does not match its {} bytes",
-                b.saturating_sub(a)
-            )));
-        }
         for (slot, &d) in dims.iter_mut().zip(shape) {
             *slot = d as npyffi::npy_intp;
         }
@@ -709,14 +748,16 @@ pub struct PyRaggedCore {
 }
 
 impl PyRaggedCore {
-    /// The records at `idxs`, gathered with the GIL released.
-    fn gather_batch(&self, py: Python<'_>, idxs: &[u64]) -> PyResult<RaggedBatch> {
+    /// The records at `idxs`, gathered with the GIL released, and the
+    /// store's path (for messages).
+    fn gather_batch(&self, py: Python<'_>, idxs: &[u64]) -> PyResult<(RaggedBatch, PathBuf)> {
         let lock = &self.core;
         py.detach(|| {
             let g = lock.read().unwrap_or_else(|p| p.into_inner());
             g.as_ref().map(|c| {
                 let mut batch = RaggedBatch::new();
-                c.gather_into(idxs, &mut batch).map(|()| batch)
+                c.gather_into(idxs, &mut batch)
+                    .map(|()| (batch, c.path().to_path_buf()))
             })
         })
         .ok_or_else(|| closed(py))?
@@ -846,8 +887,9 @@ impl PyRaggedCore {
         idxs: PyReadonlyArray1<'py, u64>,
         dtype: Bound<'py, PyArrayDescr>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let batch = self.gather_batch(py, idxs.as_slice()?)?;
-        ragged_views(py, &batch, &dtype)
+        let idxs = idxs.as_slice()?;
+        let (batch, path) = self.gather_batch(py, idxs)?;
+        ragged_views(py, &batch, &dtype, idxs, &path)
     }
 
     /// Gathers the records at `idxs` (GIL released) packed:
@@ -867,7 +909,8 @@ impl PyRaggedCore {
     )> {
         plain_bytes_dtype(&dtype)?;
         let itemsize = dtype.itemsize();
-        let batch = self.gather_batch(py, idxs.as_slice()?)?;
+        let idxs = idxs.as_slice()?;
+        let (batch, path) = self.gather_batch(py, idxs)?;
         let n = batch.len();
         let offsets = new_array1::<i64>(py, n + 1)?;
         let mut shapes = Vec::with_capacity(n);
@@ -875,21 +918,9 @@ impl PyRaggedCore {
             let mut w = offsets.readwrite();
             let o = w.as_slice_mut()?;
             o[0] = 0;
-            for k in 0..n {
+            for (k, &index) in idxs.iter().enumerate().take(n) {
+                let (_, b) = check_ragged_record(py, &batch, k, itemsize, index, &path)?;
                 let shape = batch.shape(k);
-                let (a, b) = (batch.offsets()[k], batch.offsets()[k + 1]);
-                let fits = a <= b
-                    && b <= batch.data().len()
-                    && shape
-                        .iter()
-                        .try_fold(itemsize as u64, |acc, &d| acc.checked_mul(d))
-                        .is_some_and(|bytes| bytes == (b - a) as u64);
-                if !fits || itemsize == 0 {
-                    return Err(PyValueError::new_err(format!(
-                        "record {k}: shape {shape:?} of {itemsize}-byte items does not match its {} bytes",
-                        b.saturating_sub(a)
-                    )));
-                }
                 o[k + 1] = i64::try_from(b / itemsize).map_err(|_| {
                     pyo3::exceptions::PyMemoryError::new_err("packed batch too large")
                 })?;
@@ -1409,11 +1440,22 @@ fn read_bytes_at<'py>(
         .is_none_or(|end| end > len)
     {
         return Err(PyValueError::new_err(format!(
-            "{}: needs {nbytes} bytes at offset {offset}, the file holds {len}",
-            path.display()
+            "{}: the payload is truncated: the header promises {nbytes} bytes after offset \
+             {offset}, the file holds {} there ({len} bytes in all)",
+            path.display(),
+            len.saturating_sub(offset)
         )));
     }
-    let out = PyArray1::<u8>::zeros(py, nbytes, false);
+    // Fallible: a payload larger than memory is a MemoryError naming the
+    // file, not a panic.
+    let out = new_array1::<u8>(py, nbytes).map_err(|_| {
+        pyo3::exceptions::PyMemoryError::new_err(format!(
+            "{}: cannot allocate {:.1} GiB for the payload; read it in parts \
+             (load_npy_prefix) or map it (np.load(mmap_mode='r'))",
+            path.display(),
+            nbytes as f64 / (1u64 << 30) as f64
+        ))
+    })?;
     {
         let mut rw = out.readwrite();
         let buf = rw.as_slice_mut()?;

@@ -64,3 +64,146 @@ def test_append_after_close_fails():
     ds.close()
     with pytest.raises(Exception):
         ds.append(np.zeros((1, 4), np.uint8))
+
+
+# --- messages name the argument, record, file or stream at fault ----------
+
+@ours_only
+def test_sampler_and_loader_integer_arguments_are_named():
+    from loaderx.dataloader import DataLoader
+    from loaderx.zsampler import Sampler
+    for kw, exc, name in (
+        (dict(seed=-5), OverflowError, "seed"),
+        (dict(batch_size=-1), OverflowError, "batch_size"),
+        (dict(mode=-1), OverflowError, "mode"),
+        (dict(length=-10), OverflowError, "length"),
+        (dict(batch_size=4.0), TypeError, "batch_size"),
+        (dict(seed=None), TypeError, "seed"),
+        (dict(seed=2**64), OverflowError, "seed"),
+    ):
+        args = dict(length=10, batch_size=4, mode=1, seed=42) | kw
+        with pytest.raises(exc, match=name):
+            Sampler(args["length"], args["batch_size"], args["mode"], args["seed"])
+    s = Sampler(10, 4, 1)
+    with pytest.raises(OverflowError, match="step"):
+        s.seek(-1)
+    with pytest.raises(TypeError, match="step"):
+        s.batch_at(1.5)
+    assert list(s.batch_at(3)) == list(Sampler(10, 4, 1).batch_at(np.int64(3)))
+    with DenseStore("x", np.float32, (2,)) as ds:
+        ds.append(np.zeros((8, 2), np.float32))
+        with pytest.raises(OverflowError, match="seed"):
+            DataLoader({"x": ds}, seed=-1)
+
+
+@ours_only
+def test_loader_streams_of_the_wrong_kind_and_errors_with_their_stream(monkeypatch):
+    import sys
+    from loaderx.dataloader import DataLoader
+    with DenseStore("x", np.float32, (2,)) as ds:
+        ds.append(np.zeros((8, 2), np.float32))
+        for bad in (ds, [ds]):
+            with pytest.raises(ValueError, match="streams must be a dict"):
+                DataLoader(bad)
+        with pytest.raises(TypeError, match="stream 'y' is a ndarray.*__getitems__"):
+            DataLoader({"x": ds, "y": np.zeros((8, 2))})
+
+        class Labels:
+            def __len__(self):
+                return 8
+
+            def __getitems__(self, idxs):
+                raise KeyError("label table missing")
+
+        with DataLoader({"x": ds, "labels": Labels()}, batch_size=4) as loader:
+            with pytest.raises(KeyError) as got:
+                next(loader)
+        if sys.version_info >= (3, 11):
+            assert "while gathering stream 'labels' for step 0" in got.value.__notes__
+
+        def transform(batch):
+            raise ArithmeticError("bad batch")
+
+        with DataLoader({"x": ds}, batch_size=4, transform=transform, start_step=5) as loader:
+            with pytest.raises(ArithmeticError) as got:
+                next(loader)
+        if sys.version_info >= (3, 11):
+            assert "in the DataLoader's transform, at step 5" in got.value.__notes__
+
+
+@ours_only
+def test_creation_arguments_are_checked_and_named():
+    from loaderx.zrecord import StoreNotFound
+    with pytest.raises(StoreNotFound, match="needs dtype and item_shape"):
+        DenseStore("new", np.float32)
+    with pytest.raises(StoreNotFound, match="RaggedStore needs dtype"):
+        RaggedStore("new")
+    with pytest.raises(TypeError, match=r"did you mean \(4,\)"):
+        DenseStore("a", np.float32, 4)
+    for shape in ((4.9,), ("4",), (True,)):
+        with pytest.raises(TypeError, match="item_shape entries must be integers"):
+            DenseStore("a", np.float32, shape)
+    with pytest.raises(ValueError, match=r"item_shape \(3, 0, 5\) gives empty records"):
+        DenseStore("a", np.float32, (3, 0, 5))
+    with pytest.raises(ValueError, match="4294967296-byte records; the limit is 2147483648"):
+        DenseStore("a", np.float32, (1024, 1024, 1024))
+    with pytest.raises(ValueError, match="64 dimensions; at most 63"):
+        DenseStore("a", np.float32, (1,) * 64)
+    for bad in (5, "abc"):
+        with pytest.raises(TypeError, match="dict_bytes must be the bytes train_dict returned"):
+            DenseStore("a", np.uint8, (4,), codec="zstd_dict", dict_bytes=bad)
+    DenseStore("ok", np.float32, (np.int64(2), 3)).close()
+    with pytest.raises(TypeError, match="item_shape entries"):
+        DenseStore("ok", np.float32, (2.5, 3))  # checked on reopen too
+    DenseStore("ok", np.float32, (2.0, 3)).close()  # whole floats, as the reference
+
+
+@ours_only
+def test_ragged_append_names_the_record_of_the_batch():
+    with RaggedStore("r", np.int64) as rs:
+        good = [np.arange(3)] * 5
+        with pytest.raises(ValueError, match="record 5 of the batch has dtype int32, the store holds int64"):
+            rs.append(good + [np.arange(3, dtype=np.int32)])
+        with pytest.raises(ValueError, match=r"record 1 of the batch is empty \(shape \(0,\)\)"):
+            rs.append([np.arange(2), np.arange(0)])
+        with pytest.raises(ValueError, match="record 0 of the batch is bytes"):
+            rs.append([b"abc"])
+        assert len(rs) == 0  # nothing half-appended
+
+
+@ours_only
+def test_index_messages_show_plain_values():
+    with DenseStore("x", np.float32, (2,)) as ds:
+        ds.append(np.zeros((8, 2), np.float32))
+        with pytest.raises(IndexError, match=r"got str 'a'"):
+            ds["a"]
+        with pytest.raises(IndexError, match=r"record index 1\.5 is not"):
+            ds[[1.5]]
+
+
+@ours_only
+def test_a_ragged_shape_record_of_too_high_rank_is_a_corrupt_record(tmp_path):
+    """A stored shape of rank 65 (NumPy allows 64): CorruptRecord naming the
+    store, the store index and the rank, whatever the batch position."""
+    import struct
+    from loaderx.zrecord import CorruptRecord
+    p = str(tmp_path / "r")
+    with RaggedStore(p, np.float32, codec="raw") as rs:
+        rs.append([np.ones(1, np.float32), np.ones(2, np.float32)])
+    end = (tmp_path / "r" / "0.chunk").stat().st_size
+    shape_rec = struct.pack("<Q", 65) + struct.pack("<Q", 1) * 65
+    with open(f"{p}/0.chunk", "ab") as f:
+        f.write(shape_rec)
+    meta = bytearray(open(f"{p}/meta.zr", "rb").read())
+    meta[10:14] = struct.pack("<I", end + len(shape_rec))
+    open(f"{p}/meta.zr", "wb").write(bytes(meta))
+    loc = bytearray(open(f"{p}/0.loc", "rb").read())
+    loc[16:32] = struct.pack("<IIII", end, len(shape_rec), len(shape_rec), 0)
+    open(f"{p}/0.loc", "wb").write(bytes(loc))
+    with RaggedStore(p) as rs:
+        for idx in (0, [1, 1, 0]):
+            with pytest.raises(CorruptRecord, match=r"r: record 0 is corrupted: stored rank 65"):
+                rs[idx]
+        with pytest.raises(CorruptRecord, match="record 0 is corrupted"):
+            rs.gather_packed([1, 0])
+        assert rs[1].shape == (2,)

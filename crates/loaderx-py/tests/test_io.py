@@ -1,6 +1,8 @@
 """loaderx.io: parallel loadtxt (fast_loadtxt's signature) and the .npy
 readers, checked against numpy's own loadtxt / load on the same files."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -315,3 +317,62 @@ def test_loadtxt_huge_num_threads_is_clamped(tmp_path):
     np.testing.assert_array_equal(loadtxt(path, num_threads=3000), [[1, 2], [3, 4]])
     if os.path.isdir("/proc/self/task"):
         assert len(os.listdir("/proc/self/task")) < 4 * os.cpu_count() + 64
+
+
+@ours_only
+def test_io_arguments_are_named_and_paths_may_be_bytes(tmp_path):
+    from loaderx.io import load_npy, loadtxt, npy_header
+    path = tmp_path / "a.dat"
+    path.write_text("1,2\n3,4\n")
+    with pytest.raises(TypeError, match="delimiter must be a single ASCII character, got int 44"):
+        loadtxt(path, delimiter=44)
+    with pytest.raises(ValueError, match="usecols entry 1180591620717411303424 is out of range"):
+        loadtxt(path, delimiter=",", usecols=[2**70])
+    want = [[1, 2], [3, 4]]
+    np.testing.assert_array_equal(loadtxt(path, delimiter=",", max_rows=2**70), want)
+    np.testing.assert_array_equal(loadtxt(path, delimiter=",", chunk_size=2**62), want)
+    np.testing.assert_array_equal(loadtxt(os.fsencode(path), delimiter=","), want)
+    np.save(tmp_path / "b.npy", np.arange(3))
+    np.testing.assert_array_equal(load_npy(os.fsencode(tmp_path / "b.npy")), np.arange(3))
+    assert npy_header(os.fsencode(tmp_path / "b.npy"))["shape"] == (3,)
+
+
+@ours_only
+def test_a_truncated_npy_payload_says_so(tmp_path):
+    from loaderx.io import load_npy, load_npy_prefix
+    np.save(tmp_path / "t.npy", np.zeros((6, 4), np.float32))
+    raw = (tmp_path / "t.npy").read_bytes()
+    (tmp_path / "t.npy").write_bytes(raw[:-10])
+    for f in (lambda: load_npy(tmp_path / "t.npy"), lambda: load_npy_prefix(tmp_path / "t.npy", 6)):
+        with pytest.raises(ValueError, match=r"t\.npy: the payload is truncated: the header "
+                                             r"promises 96 bytes after offset 128, the file "
+                                             r"holds 86 there"):
+            f()
+
+
+@ours_only
+def test_an_npy_payload_larger_than_memory_is_a_memory_error(tmp_path):
+    """Under an address-space limit, a 32 GiB payload (a sparse file) is a
+    MemoryError naming the file, not a panic."""
+    import struct
+    import subprocess
+    import sys
+    p = tmp_path / "big.npy"
+    h = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2147483648, 4), }"
+    h += b" " * ((-(10 + len(h) + 1)) % 64) + b"\n"
+    with open(p, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h)
+        f.truncate(10 + len(h) + 2147483648 * 16)
+    code = f"""
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+from loaderx.io import load_npy
+try:
+    load_npy({str(p)!r})
+except MemoryError as e:
+    print("MemoryError:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "RAYON_NUM_THREADS": "1"})
+    assert "MemoryError:" in out.stdout and "big.npy: cannot allocate 32.0 GiB" in out.stdout, \
+        out.stdout + out.stderr

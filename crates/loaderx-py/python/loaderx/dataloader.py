@@ -37,6 +37,13 @@ def _identity(batch):
     return batch
 
 
+def _note(exc, text):
+    """Adds ``text`` to ``exc``'s notes (shown under its traceback; Python
+    3.11+), once."""
+    if hasattr(exc, "add_note") and text not in getattr(exc, "__notes__", ()):
+        exc.add_note(text)
+
+
 def _gather_allocated(allocate, name, ds):
     """A gather for the dense store ``ds`` (stream ``name``) into memory from
     ``allocate(name, shape, dtype)``; the batch carries the object it
@@ -246,7 +253,7 @@ class _Pipeline:
 
     def _do_gather(self, _):
         """Draws and gathers one batch; False when the thread should end."""
-        ticket = None
+        ticket = step = name = None
         try:
             with self.draw_lock:
                 step, idxs = self.sampler._draw()
@@ -263,6 +270,7 @@ class _Pipeline:
                     for name, gather, foreign, _ in self.gathers:
                         if foreign:
                             got[name] = gather(idxs)
+            name = None
             batch = {name: got[name] for name, *_ in self.gathers}  # stream order
             with self.lock:
                 if self.stopped:
@@ -271,6 +279,9 @@ class _Pipeline:
                 self.cond.notify_all()
             return True
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
+            if step is not None:
+                _note(exc, f"while gathering stream {name!r} for step {step}"
+                      if name is not None else f"while gathering step {step}")
             self._fail(exc, ticket, "gathering the batch")
             return False
 
@@ -315,6 +326,7 @@ class _Pipeline:
         try:
             out = self.transform(batch)
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
+            _note(exc, f"in the DataLoader's transform, at step {step}")
             del batch
             self._fail(exc, ticket)
             return True
@@ -461,12 +473,33 @@ class DataLoader:
                 variable-length attention kernels call ``cu_seqlens``).
 
         Raises:
-            ValueError: If ``streams`` is empty, the streams differ in record
-                count, or the sampler arguments are invalid.
+            ValueError: If ``streams`` is not a dict or is empty, the streams
+                differ in record count, or the sampler arguments are invalid.
+            TypeError: If a stream lacks ``__len__`` or ``__getitems__``.
+
+        An exception from a stream's gather or from ``transform`` re-raises
+        in the consumer with a note naming the stream and step (Python 3.11+).
         """
-        self.streams = dict(streams)
+        if isinstance(streams, (DenseStore, RaggedStore, np.ndarray)):
+            raise ValueError(
+                f"streams must be a dict {{name: store}}, got a {type(streams).__name__}; "
+                "e.g. DataLoader({'x': store})"
+            )
+        try:
+            self.streams = dict(streams)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                "streams must be a dict {name: store} (or (name, store) pairs), "
+                f"got a {type(streams).__name__}"
+            ) from exc
         if not self.streams:
             raise ValueError("need at least one stream")
+        for name, ds in self.streams.items():
+            if not (hasattr(ds, "__len__") and hasattr(ds, "__getitems__")):
+                raise TypeError(
+                    f"stream {name!r} is a {type(ds).__name__}; a stream needs "
+                    "__len__ and __getitems__ (a DenseStore or RaggedStore)"
+                )
         lengths = {name: len(ds) for name, ds in self.streams.items()}
         if len(set(lengths.values())) != 1:
             raise ValueError(

@@ -23,10 +23,17 @@ from .zrecord import _identity_dtype
 
 __all__ = ["loadtxt", "npy_header", "load_npy", "load_npy_prefix"]
 
+_BIG = 2**62  # larger counts behave alike; native arguments are 64-bit
+
 
 def _byte(value, name):
     if value is None:
         return None
+    if not isinstance(value, (str, bytes)):
+        raise TypeError(
+            f"{name} must be a single ASCII character, got "
+            f"{type(value).__name__} {value!r}"
+        )
     if isinstance(value, str):
         if len(value) != 1 or not value.isascii():
             raise ValueError(f"{name} must be a single ASCII character, got {value!r}")
@@ -122,7 +129,7 @@ def loadtxt(filepath, comment="#", skip_rows=0, chunk_size=500, num_threads=0,
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
         raise ValueError(f"loadtxt produces float64 or float32, not {dtype}")
-    path = os.fspath(filepath)
+    path = os.fsdecode(filepath)
     skip_rows = _index(skip_rows, "skip_rows")
     chunk_size = _index(chunk_size, "chunk_size")
     num_threads = _index(num_threads, "num_threads")
@@ -138,8 +145,16 @@ def loadtxt(filepath, comment="#", skip_rows=0, chunk_size=500, num_threads=0,
         raise ValueError("skip_rows, chunk_size and num_threads must be non-negative")
     if max_rows is not None and max_rows < 0:
         raise ValueError(f"max_rows must be non-negative, got {max_rows}")
-    # A hint in bytes: ~64 bytes per line.
-    chunk_bytes = chunk_size * 64 if chunk_size else 0
+    if usecols is not None:
+        big = next((c for c in usecols if not -_BIG <= c < _BIG), None)
+        if big is not None:
+            raise ValueError(f"usecols entry {big} is out of range")
+    # Counts past any file's size mean "all"; capped to what the native
+    # side takes. A chunk hint in bytes: ~64 bytes per line.
+    skip_rows = min(skip_rows, _BIG)
+    max_rows = None if max_rows is None else min(max_rows, _BIG)
+    num_threads = min(num_threads, _BIG)
+    chunk_bytes = min(chunk_size * 64, _BIG)
     return _native.loadtxt(
         path, _byte(comment, "comment"), _byte(delimiter, "delimiter"),
         skip_rows, usecols, max_rows, num_threads, chunk_bytes,
@@ -158,7 +173,7 @@ def npy_header(path):
             ``errno`` set).
         ValueError: the header is malformed.
     """
-    return _header(_native.npy_header(os.fspath(path)))
+    return _header(_native.npy_header(os.fsdecode(path)))
 
 
 def _header(h):
@@ -229,7 +244,7 @@ def load_npy(path):
             ``errno`` set).
         ValueError: the header is malformed or the payload is short.
     """
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     if _is_stream(path):
         return _read_stream(path, None)
     return _read(path, npy_header(path), None)
@@ -248,7 +263,7 @@ def load_npy_prefix(path, rows):
             or the file is Fortran-ordered (its rows are not contiguous).
     """
     rows = _index(rows, "rows")
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     if _is_stream(path):
         return _read_stream(path, rows)
     h = npy_header(path)

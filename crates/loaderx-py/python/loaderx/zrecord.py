@@ -34,6 +34,7 @@ may still read through the handle): close and reopen the store to compact.
 from pathlib import Path
 import ast
 import math
+import operator
 
 import numpy as np
 
@@ -97,6 +98,30 @@ def _identity_dtype(text):
     return np.dtype(text)
 
 
+def _item_shape(item_shape):
+    """``item_shape`` as a tuple of ints: a sequence of integers or
+    whole-number floats (fractional floats, strings and bools refused
+    rather than truncated or parsed)."""
+    if isinstance(item_shape, (str, bytes)) or not hasattr(item_shape, "__iter__"):
+        hint = f" (did you mean ({item_shape!r},)?)" if isinstance(item_shape, int) else ""
+        raise TypeError(
+            f"item_shape must be a sequence of ints, got {type(item_shape).__name__} "
+            f"{item_shape!r}{hint}"
+        )
+    dims = []
+    for d in item_shape:
+        if isinstance(d, (float, np.floating)) and float(d).is_integer():
+            dims.append(int(d))  # 2.0, as loaderx 1.7.2's int() takes it
+            continue
+        if isinstance(d, (bool, np.bool_)) or not hasattr(type(d), "__index__"):
+            raise TypeError(
+                f"item_shape entries must be integers, got {type(d).__name__} {d!r} "
+                f"in {item_shape!r}"
+            )
+        dims.append(operator.index(d))
+    return tuple(dims)
+
+
 def _out_problem(out, shape, dtype):
     """Why the array ``out`` cannot take records of ``shape`` and ``dtype``
     (``None`` if it can)."""
@@ -126,7 +151,7 @@ def _integral(idxs):
         whole = np.trunc(idxs) == idxs  # False for nan; inf is caught below
         whole &= np.isfinite(idxs)
         if not whole.all():
-            bad = idxs[~whole].flat[0]
+            bad = idxs[~whole].flat[0].item()
             raise IndexError(f"record index {bad!r} is not a whole number")
         return idxs.astype(np.int64)
     for v in idxs.flat:
@@ -186,7 +211,7 @@ class _Base:
                         f"cannot open as {codec!r}"
                     )
                 if kind == "dense" and item_shape is not None:
-                    want = tuple(int(d) for d in item_shape)
+                    want = _item_shape(item_shape)
                     if tuple(core.item_shape) != want:
                         raise ValueError(
                             f"{self.path} holds item_shape {tuple(core.item_shape)}, "
@@ -199,7 +224,13 @@ class _Base:
             self.codec = core.codec
         else:
             if dtype is None or (kind == "dense" and item_shape is None):
-                raise StoreNotFound(None, f"{self.path} is not a loaderx store")
+                need = "dtype and item_shape" if kind == "dense" else "dtype"
+                raise StoreNotFound(
+                    None,
+                    f"{self.path} is not a loaderx store; to create one, "
+                    f"{type(self).__name__} needs {need} (got dtype={dtype!r}"
+                    + (f", item_shape={item_shape!r})" if kind == "dense" else ")"),
+                )
             if self.read_only:
                 raise StoreNotFound(
                     None, f"{self.path} is not a loaderx store (read_only=True never creates one)"
@@ -214,6 +245,11 @@ class _Base:
             if self.codec != "zstd_dict" and dict_bytes is not None:
                 raise ValueError("dict_bytes requires codec='zstd_dict'")
             if dict_bytes is not None:
+                if isinstance(dict_bytes, (int, str)):
+                    raise TypeError(
+                        "dict_bytes must be the bytes train_dict returned, got "
+                        f"{type(dict_bytes).__name__}"
+                    )
                 dict_bytes = bytes(dict_bytes)
                 if not dict_bytes:
                     raise DictTrainingError(
@@ -221,13 +257,22 @@ class _Base:
                     )
             identity = _dtype_identity(self.dtype)
             if kind == "dense":
-                shape = tuple(int(d) for d in item_shape)
-                if any(d < 0 for d in shape):
-                    raise ValueError("item_shape dimensions must be non-negative")
-                row = math.prod(shape) * self.dtype.itemsize
-                if row <= 0 or row > MAX_RECORD_LEN:
+                shape = _item_shape(item_shape)
+                if any(d < 1 for d in shape):
                     raise ValueError(
-                        f"dense record width {row} is outside the native limit"
+                        f"item_shape {shape} gives empty records; every dimension "
+                        "must be at least 1"
+                    )
+                if len(shape) > 63:
+                    raise ValueError(
+                        f"item_shape has {len(shape)} dimensions; at most 63 (a batch "
+                        "adds one, and NumPy allows 64)"
+                    )
+                row = math.prod(shape) * self.dtype.itemsize
+                if row > MAX_RECORD_LEN:
+                    raise ValueError(
+                        f"item_shape {shape} of {self.dtype} gives {row}-byte records; "
+                        f"the limit is {MAX_RECORD_LEN} (2**31)"
                     )
                 core = native.create(str(self.path), identity, list(shape),
                                      self.codec, dict_bytes, level, durability)
@@ -310,6 +355,11 @@ class _Base:
             got = _native.list_positions(idx, n, str(self.path))
             if got is not None:
                 return got
+        if isinstance(idx, (str, bytes)):
+            raise IndexError(
+                "only integers, slices, integer arrays and boolean masks are "
+                f"valid record indices, got {type(idx).__name__} {idx!r}"
+            )
         idxs = np.asarray(idx)
         if idxs.dtype == np.bool_:
             if idxs.ndim != 1 or idxs.shape[0] != n:
@@ -513,11 +563,12 @@ class RaggedStore(_Base):
     def _prepare_batch(self, records):
         """Pack records into ``(payload uint8, byte offsets, shapes)``."""
         bufs, shapes = [], []
-        for record in records:
+        for k, record in enumerate(records):
+            at = f"{self.path}: record {k} of the batch"
             if isinstance(record, (bytes, bytearray, memoryview)):
                 if self.dtype != np.dtype(np.uint8):
                     raise ValueError(
-                        f"bytes records are uint8, but the store dtype is {self.dtype}"
+                        f"{at} is bytes (uint8), but the store holds {self.dtype}"
                     )
                 b = np.frombuffer(record, dtype=np.uint8)
                 shape = (len(b),)
@@ -525,18 +576,18 @@ class RaggedStore(_Base):
                 a = np.asarray(record)
                 if a.dtype != self.dtype:
                     raise ValueError(
-                        f"ragged record dtype {a.dtype} != store dtype {self.dtype}"
+                        f"{at} has dtype {a.dtype}, the store holds {self.dtype}"
                     )
                 shape = a.shape
                 b = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
             n = b.nbytes
             if n == 0:
                 raise ValueError(
-                    "empty records are not stored — a record must be non-empty"
+                    f"{at} is empty (shape {shape}); empty records are not stored"
                 )
             if n > MAX_RECORD_LEN:
                 raise ValueError(
-                    f"record of {n} bytes exceeds the {MAX_RECORD_LEN} byte record limit"
+                    f"{at} has {n} bytes, over the {MAX_RECORD_LEN}-byte record limit"
                 )
             bufs.append(b)
             shapes.append(shape)

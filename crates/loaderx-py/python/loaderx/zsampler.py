@@ -13,9 +13,25 @@ loaderx 1.7.2 drew (see docs/sampler.md). Sequential mode is identical
 while ``step * batch_size < 2**64``.
 """
 
+import operator
+
 from . import _native
 
 __all__ = ["Sampler"]
+
+
+def _u64(value, name):
+    """``value`` as an int in ``[0, 2**64)``; the exception types are the
+    reference's (TypeError, OverflowError), the message names ``name``."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be an integer, got {type(value).__name__} {value!r}"
+        ) from None
+    if not 0 <= v < 2**64:
+        raise OverflowError(f"{name} must be in [0, 2**64), got {v}")
+    return v
 
 
 class Sampler(_native.Sampler):
@@ -35,9 +51,22 @@ class Sampler(_native.Sampler):
 
         Raises:
             ValueError: Zero length or batch size, an unknown mode, a bad shard.
-            OverflowError: A negative or too large value.
+            TypeError: An argument that is not an integer (named).
+            OverflowError: A negative or too large value (named).
         """
-        self._init(length, batch_size, mode, seed, rank=rank, world=world)
+        mode = _u64(mode, "mode")
+        if mode > 255:
+            raise ValueError(f"mode must be 0 (sequential), 1 (IID) or 2 (cyclic), got {mode}")
+        self._init(_u64(length, "length"), _u64(batch_size, "batch_size"), mode,
+                   _u64(seed, "seed"), rank=_u64(rank, "rank"), world=_u64(world, "world"))
+
+    def seek(self, step):
+        """Move the cursor to ``step`` (O(1)): resuming is a seek."""
+        super().seek(_u64(step, "step"))
+
+    def batch_at(self, step):
+        """The batch of any ``step``, without moving the cursor."""
+        return super().batch_at(_u64(step, "step"))
 
     class Mode:
         SEQUENTIAL = 0
