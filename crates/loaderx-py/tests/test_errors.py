@@ -179,6 +179,9 @@ def test_index_messages_show_plain_values():
             ds["a"]
         with pytest.raises(IndexError, match=r"record index 1\.5 is not"):
             ds[[1.5]]
+        for big in ([2**70], [1e20]):
+            with pytest.raises(IndexError, match=r"x: record index 1.* is out of range"):
+                ds[big]
 
 
 @ours_only

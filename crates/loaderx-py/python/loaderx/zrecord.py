@@ -142,7 +142,7 @@ def _check_dtype(dtype):
         raise ValueError("object dtypes cannot be persisted")
 
 
-def _integral(idxs):
+def _integral(idxs, where=""):
     """Float arrays of whole numbers, and object arrays of Python / NumPy
     integers (what pandas hands out), as int64 indices, since loaderx 1.7.2
     accepts them; a fractional or non-finite float, or any other object,
@@ -153,6 +153,10 @@ def _integral(idxs):
         if not whole.all():
             bad = idxs[~whole].flat[0].item()
             raise IndexError(f"record index {bad!r} is not a whole number")
+        big = np.abs(idxs) >= 2.0**63  # would not fit int64 (astype wraps)
+        if big.any():
+            raise IndexOutOfRange(
+                None, f"{where}record index {idxs[big].flat[0].item()!r} is out of range")
         return idxs.astype(np.int64)
     for v in idxs.flat:
         if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
@@ -163,7 +167,7 @@ def _integral(idxs):
         return idxs.astype(np.int64)
     except OverflowError:
         big = max(idxs.flat, key=abs)
-        raise IndexOutOfRange(None, f"record index {big} is out of range") from None
+        raise IndexOutOfRange(None, f"{where}record index {big} is out of range") from None
 
 
 class _Base:
@@ -371,7 +375,7 @@ class _Base:
         if idxs.size == 0:
             return np.empty(0, dtype=np.uint64)
         if idxs.dtype.kind in "fO":
-            idxs = _integral(idxs)
+            idxs = _integral(idxs, f"{self.path}: ")
         if idxs.dtype.kind not in "iu":
             raise IndexError(
                 "only integers, slices, integer arrays and boolean masks are "
