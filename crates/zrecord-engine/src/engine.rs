@@ -558,7 +558,7 @@ impl Engine {
                         .copied()
                         .unwrap_or_else(|| Loc::decode(e.try_into().expect("16 bytes")));
                     check_entry(&loc, index, &header, &chunk_ends).map_err(|d| {
-                        Error::corrupted(&h.path, format!("entry of record {index}: {d}"))
+                        Error::corrupted_record(&h.path, index, format!("its entry: {d}"))
                     })?;
                     table.push(loc);
                 }

@@ -19,10 +19,15 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A file of the store holds bytes that break the format.
-    #[error("corrupted store file {file}: {detail}")]
+    #[error("corrupted store file {file}: {}{detail}", record_prefix(*.record))]
     Corrupted {
         /// The offending file.
         file: PathBuf,
+        /// The record whose entry or stored bytes are wrong, when the damage
+        /// is one record's (the message then starts "record N: "). A layer
+        /// that numbers records differently (a ragged store's pairs) reads
+        /// it to name its own record.
+        record: Option<u64>,
         /// Which field or record, and how it is wrong.
         detail: String,
     },
@@ -117,7 +122,45 @@ impl Error {
     pub(crate) fn corrupted(file: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
         Error::Corrupted {
             file: file.into(),
+            record: None,
             detail: detail.into(),
         }
+    }
+
+    /// Corruption of one record's entry or stored bytes in `file`.
+    pub(crate) fn corrupted_record(
+        file: impl Into<PathBuf>,
+        record: u64,
+        detail: impl Into<String>,
+    ) -> Self {
+        Error::Corrupted {
+            file: file.into(),
+            record: Some(record),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// "record N: " before the detail of a record's corruption.
+fn record_prefix(record: Option<u64>) -> String {
+    match record {
+        Some(r) => format!("record {r}: "),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_corruption_names_the_record_before_the_detail() {
+        let e = Error::corrupted_record("/s/0.chunk", 6, "bad frame");
+        assert_eq!(
+            e.to_string(),
+            "corrupted store file /s/0.chunk: record 6: bad frame"
+        );
+        let e = Error::corrupted("/s/meta.zr", "bad magic");
+        assert_eq!(e.to_string(), "corrupted store file /s/meta.zr: bad magic");
     }
 }

@@ -222,7 +222,12 @@ pub(crate) fn open_store(path: &Path, kind: Kind, opts: &OpenOptions) -> Result<
     } else {
         OpenMode::ReadWrite
     };
-    let mut engine = Engine::open(path, mode)?;
+    // A ragged store's engine numbers payloads and shape records apart;
+    // its open errors name the caller's record.
+    let mut engine = Engine::open(path, mode).map_err(|e| match kind {
+        Kind::Ragged => crate::ragged::logical_record_error(e.into()),
+        _ => e.into(),
+    })?;
     // Normalised as create stores it: an expected `<i1` means the `|i1` a
     // create with `<i1` wrote.
     if let Some(want) = &opts.dtype
