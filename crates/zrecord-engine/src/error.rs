@@ -78,8 +78,11 @@ pub enum Error {
     /// A write through a handle inherited by a forked process: the two
     /// processes would share one lock and one in-memory state, and the
     /// deferred-append marker belongs to the process that opened the store.
+    /// Opening the store afresh in the child fails with
+    /// [`Error::StoreBusy`] while the opener holds it, so the advice is to
+    /// close it there first.
     #[error(
-        "store {path}: this handle was opened by process {opener}; a forked process cannot write through it, nor make the opener's deferred appends durable (open the store in this process)"
+        "store {path}: this handle was opened by process {opener}; a forked process cannot write through it, nor make the opener's deferred appends durable. To write from this process, close the store in process {opener} first, then open it here (while process {opener} holds it, opening it here fails as busy)"
     )]
     ForeignProcess {
         /// The store directory.
@@ -152,6 +155,23 @@ fn record_prefix(record: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (audit f14): the advice was "open the store in this
+    /// process", which fails as busy while the opener holds the lock.
+    #[test]
+    fn foreign_process_advice_is_to_close_in_the_opener_first() {
+        let e = Error::ForeignProcess {
+            path: PathBuf::from("/data/s"),
+            opener: 4242,
+        };
+        let m = e.to_string();
+        assert!(m.contains("forked"), "{m}");
+        assert!(
+            m.contains("close the store in process 4242 first, then open it here"),
+            "{m}"
+        );
+        assert!(!m.contains("(open the store in this process)"), "{m}");
+    }
 
     #[test]
     fn a_record_corruption_names_the_record_before_the_detail() {
