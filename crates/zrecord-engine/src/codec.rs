@@ -109,6 +109,12 @@ impl CreateOptions {
 
 /// Trains a zstd dictionary (ZDICT) of at most `max_size` bytes on samples
 /// given as one concatenated buffer plus each sample's size.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `sizes` do not cover `samples` or
+/// nothing is given; [`Error::DictionaryTraining`] when zstd cannot train
+/// on the samples (fewer than 7 of them, or too little data or shared
+/// content for `max_size`).
 pub fn train_dictionary(samples: &[u8], sizes: &[usize], max_size: usize) -> Result<Vec<u8>> {
     let total = sizes
         .iter()
@@ -125,8 +131,12 @@ pub fn train_dictionary(samples: &[u8], sizes: &[usize], max_size: usize) -> Res
             "dictionary training needs samples and a nonzero size".into(),
         ));
     }
-    zstd::dict::from_continuous(samples, sizes, max_size)
-        .map_err(|e| Error::InvalidArgument(format!("dictionary training failed: {e}")))
+    zstd::dict::from_continuous(samples, sizes, max_size).map_err(|e| Error::DictionaryTraining {
+        samples: sizes.len(),
+        bytes: total,
+        dict_size: max_size,
+        reason: e.to_string(),
+    })
 }
 
 /// The codec state a handle shares between all its threads: prepared
@@ -258,6 +268,38 @@ mod tests {
             assert_eq!(Codec::from_name(c.name()), Some(c));
         }
         assert_eq!(Codec::from_u8(3), None);
+    }
+
+    /// Regression (audit f03): too little data gave "invalid argument:
+    /// dictionary training failed: Src size is incorrect", zstd's jargon
+    /// with nothing on what was given or what to do.
+    #[test]
+    fn training_on_too_little_data_says_what_was_given_and_what_to_do() {
+        let samples = [7u8; 80];
+        let e = train_dictionary(&samples, &[16; 5], 32 << 10).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::DictionaryTraining {
+                    samples: 5,
+                    bytes: 80,
+                    dict_size: 32768,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let m = e.to_string();
+        for part in [
+            "32768-byte zstd dictionary",
+            "5 samples of 80 bytes",
+            "more or larger samples",
+            "smaller dictionary",
+            "plain zstd codec",
+        ] {
+            assert!(m.contains(part), "{part:?} missing from: {m}");
+        }
+        assert!(!m.starts_with("invalid argument"), "{m}");
     }
 
     #[test]

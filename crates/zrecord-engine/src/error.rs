@@ -101,6 +101,22 @@ pub enum Error {
         /// The store directory.
         path: PathBuf,
     },
+    /// zstd could not train a dictionary on the samples given: too few of
+    /// them, too small in all, or too little shared content for the size
+    /// asked.
+    #[error(
+        "cannot train a {dict_size}-byte zstd dictionary on {samples} samples of {bytes} bytes in all (zstd says: {reason}); give more or larger samples (zstd needs at least 7 samples, and trains best on about 100 times the dictionary size in all), ask for a smaller dictionary (a smaller tier), or use the plain zstd codec, which needs no dictionary"
+    )]
+    DictionaryTraining {
+        /// Number of samples given.
+        samples: usize,
+        /// Their total size in bytes.
+        bytes: usize,
+        /// The largest dictionary asked for, in bytes.
+        dict_size: usize,
+        /// zstd's own error.
+        reason: String,
+    },
     /// A previous write or sync failed; the in-memory state may no longer
     /// match the disk, so the handle refuses further writes. Reopen the store.
     #[error("store {path}: a previous I/O error poisoned this handle; reopen the store")]
