@@ -139,6 +139,30 @@ pub fn train_dictionary(samples: &[u8], sizes: &[usize], max_size: usize) -> Res
     })
 }
 
+/// Where a dictionary handed to [`CodecState::new`] came from, so a
+/// dictionary zstd cannot load is blamed on the caller or on the store file.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum DictOrigin<'a> {
+    /// Given by the caller ([`CreateOptions::dictionary`], a new level).
+    Argument,
+    /// Read from the store's `dict.zr`.
+    File(&'a std::path::Path),
+}
+
+impl DictOrigin<'_> {
+    fn load_error(self, len: usize, e: std::io::Error) -> Error {
+        match self {
+            DictOrigin::Argument => Error::InvalidArgument(format!(
+                "the zstd dictionary given for the zstd_dict store ({len} bytes) cannot be loaded: {e}; pass a dictionary from train_dict (or `zstd --train`)"
+            )),
+            DictOrigin::File(p) => Error::corrupted(
+                p,
+                format!("zstd cannot load the {len}-byte dictionary: {e}"),
+            ),
+        }
+    }
+}
+
 /// The codec state a handle shares between all its threads: prepared
 /// dictionaries are immutable and `Send + Sync`; compression contexts are
 /// per worker; decompression contexts are pooled, taken by a gather job and
@@ -167,7 +191,12 @@ impl std::fmt::Debug for CodecState {
 }
 
 impl CodecState {
-    pub fn new(codec: Codec, level: Option<i32>, dictionary: Option<Vec<u8>>) -> Result<Self> {
+    pub fn new(
+        codec: Codec,
+        level: Option<i32>,
+        dictionary: Option<Vec<u8>>,
+        origin: DictOrigin<'_>,
+    ) -> Result<Self> {
         if codec == Codec::Raw && level.is_some() {
             return Err(Error::InvalidArgument(
                 "codec raw takes no compression level".into(),
@@ -181,12 +210,11 @@ impl CodecState {
         }
         let (cdict, ddict) = match (&dictionary, codec) {
             (Some(d), Codec::ZstdDict) => (
-                Some(EncoderDictionary::try_copy(d, level).map_err(|e| {
-                    Error::InvalidArgument(format!("dictionary cannot be loaded: {e}"))
-                })?),
-                Some(DecoderDictionary::try_copy(d).map_err(|e| {
-                    Error::InvalidArgument(format!("dictionary cannot be loaded: {e}"))
-                })?),
+                Some(
+                    EncoderDictionary::try_copy(d, level)
+                        .map_err(|e| origin.load_error(d.len(), e))?,
+                ),
+                Some(DecoderDictionary::try_copy(d).map_err(|e| origin.load_error(d.len(), e))?),
             ),
             _ => (None, None),
         };
@@ -300,6 +328,24 @@ mod tests {
             assert!(m.contains(part), "{part:?} missing from: {m}");
         }
         assert!(!m.starts_with("invalid argument"), "{m}");
+    }
+
+    /// Regression (audit f13): bytes zstd cannot load as a dictionary gave
+    /// "invalid argument: dictionary cannot be loaded", naming neither the
+    /// dictionary nor its size.
+    #[test]
+    fn an_unloadable_dictionary_argument_is_named() {
+        // zstd's dictionary magic followed by garbage: a "formatted"
+        // dictionary whose tables do not parse.
+        let mut d = 0xEC30_A437u32.to_le_bytes().to_vec();
+        d.extend_from_slice(&[0xFF; 60]);
+        let e = CodecState::new(Codec::ZstdDict, None, Some(d), DictOrigin::Argument).unwrap_err();
+        let m = e.to_string();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(
+            m.contains("zstd dictionary given for the zstd_dict store (64 bytes) cannot be loaded"),
+            "{m}"
+        );
     }
 
     #[test]

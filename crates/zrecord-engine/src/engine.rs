@@ -1,6 +1,6 @@
 //! The store handle: create, open (with validation), locking, sync, stats.
 
-use crate::codec::{Codec, CodecState, CreateOptions};
+use crate::codec::{Codec, CodecState, CreateOptions, DictOrigin};
 use crate::deferred::{DURABLE_FILE, Durability, Marker};
 use crate::error::{Error, Result};
 use crate::format::{
@@ -187,7 +187,12 @@ impl Engine {
             }
             _ => {}
         }
-        let codec = CodecState::new(opts.codec, opts.level, opts.dictionary.clone())?;
+        let codec = CodecState::new(
+            opts.codec,
+            opts.level,
+            opts.dictionary.clone(),
+            DictOrigin::Argument,
+        )?;
         let vfs = cfg.vfs.clone();
         vfs.create_dir_all(&dir)
             .map_err(|e| Error::io(&dir, "create directory", e))?;
@@ -451,8 +456,7 @@ impl Engine {
             }
             (_, false) => None,
         };
-        let codec = CodecState::new(header.codec, None, dictionary)
-            .map_err(|e| Error::corrupted(&dict_path, e.to_string()))?;
+        let codec = CodecState::new(header.codec, None, dictionary, DictOrigin::File(&dict_path))?;
 
         // Chunks 0..=tail_chunk must exist; the tail reaches the frontier.
         let cap = cfg.chunk_capacity;
@@ -671,7 +675,12 @@ impl Engine {
                 path: self.dir.clone(),
             });
         }
-        self.codec = CodecState::new(self.codec.codec, Some(level), self.codec.dictionary.clone())?;
+        self.codec = CodecState::new(
+            self.codec.codec,
+            Some(level),
+            self.codec.dictionary.clone(),
+            DictOrigin::Argument,
+        )?;
         Ok(())
     }
 

@@ -156,6 +156,25 @@ fn short_or_missing_loc_segments() {
     ));
 }
 
+/// Regression (audit f13): a dict.zr zstd cannot load was reported as
+/// "corrupted store file …/dict.zr: invalid argument: dictionary cannot be
+/// loaded", an "invalid argument" inside a corruption.
+#[test]
+fn an_unloadable_dict_zr_is_corruption_of_that_file_only() {
+    let (d, cfg) = good(Codec::ZstdDict);
+    let mut bad = 0xEC30_A437u32.to_le_bytes().to_vec();
+    bad.extend_from_slice(&[0xFF; 60]);
+    fs::write(d.path().join("dict.zr"), bad).unwrap();
+    let err = open(d.path(), &cfg).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupted { file, .. } if file.ends_with("dict.zr")),
+        "{err:?}"
+    );
+    let m = err.to_string();
+    assert!(m.contains("zstd cannot load the 64-byte dictionary"), "{m}");
+    assert!(!m.contains("invalid argument"), "{m}");
+}
+
 #[test]
 fn entries_beyond_the_frontier() {
     // Entry 11 (the last) in 2.loc at entry 3.
