@@ -528,10 +528,13 @@ impl Engine {
             let f = open(&p)?;
             let n = f.len().map_err(|e| Error::io(&p, "stat", e))?;
             if n < need {
+                // Either count may be the damaged one: name both files.
+                let loc = format::loc_name(s);
                 return Err(Error::corrupted(
                     &p,
                     format!(
-                        "is {n} bytes, shorter than the {need} its {entries} live entries need"
+                        "meta.zr's record count, {length}, disagrees with {loc}: that count needs {entries} entries ({need} bytes) in {loc}, but it holds {} ({n} bytes)",
+                        n / LOC_SIZE as u64
                     ),
                 ));
             }

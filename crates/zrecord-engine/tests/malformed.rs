@@ -156,6 +156,33 @@ fn short_or_missing_loc_segments() {
     ));
 }
 
+/// Regression (audit f15): a damaged record count in meta.zr was reported
+/// as "0.loc: is 160 bytes, shorter than the 4294967296 its 268435456 live
+/// entries need", blaming 0.loc alone with a per-segment count.
+#[test]
+fn a_record_count_the_loc_segment_lacks_names_both_files() {
+    // The default 2^28-entry segments: 12 entries in 0.loc, and a count of
+    // 2^32 that would need 2^28 of them there.
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::create(dir.path(), &options(Codec::Raw)).unwrap();
+    let recs: Vec<Vec<u8>> = (0..12).map(|t| record(t, 70)).collect();
+    e.append_fixed(&recs.concat(), 70).unwrap();
+    e.close().unwrap();
+    patch(&dir.path().join("meta.zr"), 14, &(1u64 << 32).to_le_bytes());
+    let err = Engine::open(dir.path(), OpenMode::ReadOnly).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupted { file, .. } if file.ends_with("0.loc")),
+        "{err:?}"
+    );
+    let m = err.to_string();
+    assert!(
+        m.contains(
+            "meta.zr's record count, 4294967296, disagrees with 0.loc: that count needs 268435456 entries (4294967296 bytes) in 0.loc, but it holds 12 (192 bytes)"
+        ),
+        "{m}"
+    );
+}
+
 /// Regression (audit f13): a dict.zr zstd cannot load was reported as
 /// "corrupted store file …/dict.zr: invalid argument: dictionary cannot be
 /// loaded", an "invalid argument" inside a corruption.
