@@ -61,11 +61,18 @@ impl Engine {
         }
         let need = indices.len().checked_mul(record_bytes);
         if need != Some(dst.len()) {
-            return Err(Error::InvalidArgument(format!(
-                "destination is {} bytes, {} records of {record_bytes} bytes need {need:?}",
-                dst.len(),
-                indices.len()
-            )));
+            return Err(Error::InvalidArgument(match need {
+                Some(need) => format!(
+                    "destination is {} bytes, {} records of {record_bytes} bytes need {need}",
+                    dst.len(),
+                    indices.len()
+                ),
+                None => format!(
+                    "destination is {} bytes, {} records of {record_bytes} bytes need more than the address space",
+                    dst.len(),
+                    indices.len()
+                ),
+            }));
         }
         let st = self.read_state();
         let locs = self.lookup(&st, indices, |_, i, l| {

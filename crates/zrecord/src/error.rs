@@ -225,7 +225,8 @@ pub enum Error {
 
     /// A ragged record's payload length disagrees with its shape.
     #[error(
-        "record {position} of the batch: shape {shape:?} of {itemsize}-byte items needs {expected:?} bytes (None: overflow), payload has {found}"
+        "record {position} of the batch: shape {shape:?} of {itemsize}-byte items needs {}, payload has {found} bytes",
+        crate::store::show_nbytes(*.expected)
     )]
     RecordSize {
         /// Position of the record in the appended batch.
@@ -325,5 +326,33 @@ impl Error {
         Error::InvalidArgument {
             detail: detail.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (audit f11): the expected size printed as Rust's
+    /// `Some(16)` / `None`.
+    #[test]
+    fn record_size_prints_a_number_or_says_it_overflows() {
+        let e = |expected| Error::RecordSize {
+            position: 2,
+            shape: vec![4],
+            itemsize: 4,
+            expected,
+            found: 12,
+        };
+        assert_eq!(
+            e(Some(16)).to_string(),
+            "record 2 of the batch: shape [4] of 4-byte items needs 16 bytes, payload has 12 bytes"
+        );
+        let m = e(None).to_string();
+        assert!(
+            m.contains("needs a byte count that overflows 64 bits,"),
+            "{m}"
+        );
+        assert!(!m.contains("None") && !m.contains("Some("), "{m}");
     }
 }

@@ -352,7 +352,8 @@ impl RaggedCore {
                 return Err(corrupted(
                     k,
                     format!(
-                        "shape {shape:?} of {itemsize}-byte items needs {expected:?} bytes, payload decodes to {payload}"
+                        "shape {shape:?} of {itemsize}-byte items needs {}, payload decodes to {payload}",
+                        store::show_nbytes(expected)
                     ),
                 ));
             }
@@ -429,7 +430,8 @@ impl RaggedCore {
                     rep.bad.push((
                         i,
                         format!(
-                            "shape {dims:?} of {itemsize}-byte items needs {expected:?} bytes, payload decodes to {payload_len}"
+                            "shape {dims:?} of {itemsize}-byte items needs {}, payload decodes to {payload_len}",
+                            store::show_nbytes(expected)
                         ),
                     ));
                 }

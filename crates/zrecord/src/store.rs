@@ -299,3 +299,12 @@ pub(crate) fn nbytes(dims: &[u64], itemsize: usize) -> Option<u64> {
         .try_fold(1u64, |a, &d| a.checked_mul(d))?
         .checked_mul(itemsize as u64)
 }
+
+/// A byte count from [`nbytes`] as a message says it: "16 bytes", or that
+/// it overflows (never Rust's `Some(16)` / `None`).
+pub(crate) fn show_nbytes(n: Option<u64>) -> String {
+    match n {
+        Some(n) => format!("{n} bytes"),
+        None => "a byte count that overflows 64 bits".into(),
+    }
+}

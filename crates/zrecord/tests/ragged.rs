@@ -269,6 +269,37 @@ fn a_shape_that_disagrees_with_its_payload_is_corruption_naming_the_index() {
     }
 }
 
+/// Regression (audit f11): a shape whose byte count overflows printed
+/// "needs None bytes".
+#[test]
+fn a_stored_shape_that_overflows_says_so_in_words() {
+    let dir = tmp();
+    let path = dir.path().join("o");
+    {
+        let s = RaggedStore::<f32>::create(&path, &CreateOptions::new(Codec::Raw)).unwrap();
+        s.append([Array::from_elem(4, 1f32).into_dyn().view()])
+            .unwrap();
+        s.sync().unwrap();
+    }
+    overwrite_shape(&path, &shape_record(&[4]), &shape_record(&[1 << 62]));
+    let s = RaggedStore::<f32>::open(&path).unwrap();
+    let e = s.get(0).unwrap_err();
+    assert!(matches!(e, Error::Corrupted { index: 0, .. }), "{e:?}");
+    let m = e.to_string();
+    assert!(
+        m.contains("needs a byte count that overflows 64 bits, payload decodes to 16"),
+        "{m}"
+    );
+    let rep = s.core().verify().unwrap();
+    assert!(
+        rep.bad[0]
+            .1
+            .contains("needs a byte count that overflows 64 bits"),
+        "{:?}",
+        rep.bad
+    );
+}
+
 /// The byte engine under a ragged store holds logical record `i` as two
 /// physical records, payload `2i` and shape record `2i + 1`.
 fn loc_entry(path: &std::path::Path, phys: u64) -> (u32, u32) {
