@@ -327,6 +327,31 @@ impl Error {
             detail: detail.into(),
         }
     }
+
+    /// Names the structured field an [`Error::UnsupportedDType`] was found
+    /// in (`field "a": ...`; called again by an enclosing field, the path
+    /// grows: `field "outer.a": ...`). Other errors pass unchanged.
+    ///
+    /// For callers that build a structured dtype field by field (a binding
+    /// parsing each field's type string with [`DType::parse`](crate::DType::parse)).
+    ///
+    /// ```
+    /// use zrecord::DType;
+    /// let e = DType::parse("|S3").unwrap_err().in_field("name");
+    /// assert!(e.to_string().contains(r#"field "name": string dtypes"#));
+    /// ```
+    pub fn in_field(self, name: &str) -> Error {
+        match self {
+            Error::UnsupportedDType { dtype, reason } => {
+                let reason = match reason.strip_prefix("field \"") {
+                    Some(inner) => format!("field \"{name}.{inner}"),
+                    None => format!("field \"{name}\": {reason}"),
+                };
+                Error::UnsupportedDType { dtype, reason }
+            }
+            other => other,
+        }
+    }
 }
 
 #[cfg(test)]
