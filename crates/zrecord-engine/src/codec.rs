@@ -109,6 +109,12 @@ impl CreateOptions {
 
 /// Trains a zstd dictionary (ZDICT) of at most `max_size` bytes on samples
 /// given as one concatenated buffer plus each sample's size.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `sizes` do not cover `samples` or
+/// nothing is given; [`Error::DictionaryTraining`] when zstd cannot train
+/// on the samples (fewer than 7 of them, or too little data or shared
+/// content for `max_size`).
 pub fn train_dictionary(samples: &[u8], sizes: &[usize], max_size: usize) -> Result<Vec<u8>> {
     let total = sizes
         .iter()
@@ -125,8 +131,36 @@ pub fn train_dictionary(samples: &[u8], sizes: &[usize], max_size: usize) -> Res
             "dictionary training needs samples and a nonzero size".into(),
         ));
     }
-    zstd::dict::from_continuous(samples, sizes, max_size)
-        .map_err(|e| Error::InvalidArgument(format!("dictionary training failed: {e}")))
+    zstd::dict::from_continuous(samples, sizes, max_size).map_err(|e| Error::DictionaryTraining {
+        samples: sizes.len(),
+        bytes: total,
+        dict_size: max_size,
+        reason: e.to_string(),
+    })
+}
+
+/// Where a dictionary handed to [`CodecState::new`] came from, so a
+/// dictionary zstd cannot load is blamed on the caller or on the store file.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum DictOrigin<'a> {
+    /// Given by the caller ([`CreateOptions::dictionary`], a new level).
+    Argument,
+    /// Read from the store's `dict.zr`.
+    File(&'a std::path::Path),
+}
+
+impl DictOrigin<'_> {
+    fn load_error(self, len: usize, e: std::io::Error) -> Error {
+        match self {
+            DictOrigin::Argument => Error::InvalidArgument(format!(
+                "the zstd dictionary given for the zstd_dict store ({len} bytes) cannot be loaded: {e}; pass a dictionary from train_dict (or `zstd --train`)"
+            )),
+            DictOrigin::File(p) => Error::corrupted(
+                p,
+                format!("zstd cannot load the {len}-byte dictionary: {e}"),
+            ),
+        }
+    }
 }
 
 /// The codec state a handle shares between all its threads: prepared
@@ -157,7 +191,12 @@ impl std::fmt::Debug for CodecState {
 }
 
 impl CodecState {
-    pub fn new(codec: Codec, level: Option<i32>, dictionary: Option<Vec<u8>>) -> Result<Self> {
+    pub fn new(
+        codec: Codec,
+        level: Option<i32>,
+        dictionary: Option<Vec<u8>>,
+        origin: DictOrigin<'_>,
+    ) -> Result<Self> {
         if codec == Codec::Raw && level.is_some() {
             return Err(Error::InvalidArgument(
                 "codec raw takes no compression level".into(),
@@ -171,12 +210,11 @@ impl CodecState {
         }
         let (cdict, ddict) = match (&dictionary, codec) {
             (Some(d), Codec::ZstdDict) => (
-                Some(EncoderDictionary::try_copy(d, level).map_err(|e| {
-                    Error::InvalidArgument(format!("dictionary cannot be loaded: {e}"))
-                })?),
-                Some(DecoderDictionary::try_copy(d).map_err(|e| {
-                    Error::InvalidArgument(format!("dictionary cannot be loaded: {e}"))
-                })?),
+                Some(
+                    EncoderDictionary::try_copy(d, level)
+                        .map_err(|e| origin.load_error(d.len(), e))?,
+                ),
+                Some(DecoderDictionary::try_copy(d).map_err(|e| origin.load_error(d.len(), e))?),
             ),
             _ => (None, None),
         };
@@ -258,6 +296,56 @@ mod tests {
             assert_eq!(Codec::from_name(c.name()), Some(c));
         }
         assert_eq!(Codec::from_u8(3), None);
+    }
+
+    /// Regression (audit f03): too little data gave "invalid argument:
+    /// dictionary training failed: Src size is incorrect", zstd's jargon
+    /// with nothing on what was given or what to do.
+    #[test]
+    fn training_on_too_little_data_says_what_was_given_and_what_to_do() {
+        let samples = [7u8; 80];
+        let e = train_dictionary(&samples, &[16; 5], 32 << 10).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::DictionaryTraining {
+                    samples: 5,
+                    bytes: 80,
+                    dict_size: 32768,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let m = e.to_string();
+        for part in [
+            "32768-byte zstd dictionary",
+            "5 samples of 80 bytes",
+            "more or larger samples",
+            "smaller dictionary",
+            "plain zstd codec",
+        ] {
+            assert!(m.contains(part), "{part:?} missing from: {m}");
+        }
+        assert!(!m.starts_with("invalid argument"), "{m}");
+    }
+
+    /// Regression (audit f13): bytes zstd cannot load as a dictionary gave
+    /// "invalid argument: dictionary cannot be loaded", naming neither the
+    /// dictionary nor its size.
+    #[test]
+    fn an_unloadable_dictionary_argument_is_named() {
+        // zstd's dictionary magic followed by garbage: a "formatted"
+        // dictionary whose tables do not parse.
+        let mut d = 0xEC30_A437u32.to_le_bytes().to_vec();
+        d.extend_from_slice(&[0xFF; 60]);
+        let e = CodecState::new(Codec::ZstdDict, None, Some(d), DictOrigin::Argument).unwrap_err();
+        let m = e.to_string();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(
+            m.contains("zstd dictionary given for the zstd_dict store (64 bytes) cannot be loaded"),
+            "{m}"
+        );
     }
 
     #[test]

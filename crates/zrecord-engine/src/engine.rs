@@ -1,6 +1,6 @@
 //! The store handle: create, open (with validation), locking, sync, stats.
 
-use crate::codec::{Codec, CodecState, CreateOptions};
+use crate::codec::{Codec, CodecState, CreateOptions, DictOrigin};
 use crate::deferred::{DURABLE_FILE, Durability, Marker};
 use crate::error::{Error, Result};
 use crate::format::{
@@ -187,7 +187,12 @@ impl Engine {
             }
             _ => {}
         }
-        let codec = CodecState::new(opts.codec, opts.level, opts.dictionary.clone())?;
+        let codec = CodecState::new(
+            opts.codec,
+            opts.level,
+            opts.dictionary.clone(),
+            DictOrigin::Argument,
+        )?;
         let vfs = cfg.vfs.clone();
         vfs.create_dir_all(&dir)
             .map_err(|e| Error::io(&dir, "create directory", e))?;
@@ -451,8 +456,7 @@ impl Engine {
             }
             (_, false) => None,
         };
-        let codec = CodecState::new(header.codec, None, dictionary)
-            .map_err(|e| Error::corrupted(&dict_path, e.to_string()))?;
+        let codec = CodecState::new(header.codec, None, dictionary, DictOrigin::File(&dict_path))?;
 
         // Chunks 0..=tail_chunk must exist; the tail reaches the frontier.
         let cap = cfg.chunk_capacity;
@@ -524,10 +528,13 @@ impl Engine {
             let f = open(&p)?;
             let n = f.len().map_err(|e| Error::io(&p, "stat", e))?;
             if n < need {
+                // Either count may be the damaged one: name both files.
+                let loc = format::loc_name(s);
                 return Err(Error::corrupted(
                     &p,
                     format!(
-                        "is {n} bytes, shorter than the {need} its {entries} live entries need"
+                        "meta.zr's record count, {length}, disagrees with {loc}: that count needs {entries} entries ({need} bytes) in {loc}, but it holds {} ({n} bytes)",
+                        n / LOC_SIZE as u64
                     ),
                 ));
             }
@@ -558,7 +565,7 @@ impl Engine {
                         .copied()
                         .unwrap_or_else(|| Loc::decode(e.try_into().expect("16 bytes")));
                     check_entry(&loc, index, &header, &chunk_ends).map_err(|d| {
-                        Error::corrupted(&h.path, format!("entry of record {index}: {d}"))
+                        Error::corrupted_record(&h.path, index, format!("its entry: {d}"))
                     })?;
                     table.push(loc);
                 }
@@ -671,7 +678,12 @@ impl Engine {
                 path: self.dir.clone(),
             });
         }
-        self.codec = CodecState::new(self.codec.codec, Some(level), self.codec.dictionary.clone())?;
+        self.codec = CodecState::new(
+            self.codec.codec,
+            Some(level),
+            self.codec.dictionary.clone(),
+            DictOrigin::Argument,
+        )?;
         Ok(())
     }
 

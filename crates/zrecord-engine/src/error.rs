@@ -19,10 +19,15 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A file of the store holds bytes that break the format.
-    #[error("corrupted store file {file}: {detail}")]
+    #[error("corrupted store file {file}: {}{detail}", record_prefix(*.record))]
     Corrupted {
         /// The offending file.
         file: PathBuf,
+        /// The record whose entry or stored bytes are wrong, when the damage
+        /// is one record's (the message then starts "record N: "). A layer
+        /// that numbers records differently (a ragged store's pairs) reads
+        /// it to name its own record.
+        record: Option<u64>,
         /// Which field or record, and how it is wrong.
         detail: String,
     },
@@ -73,8 +78,11 @@ pub enum Error {
     /// A write through a handle inherited by a forked process: the two
     /// processes would share one lock and one in-memory state, and the
     /// deferred-append marker belongs to the process that opened the store.
+    /// Opening the store afresh in the child fails with
+    /// [`Error::StoreBusy`] while the opener holds it, so the advice is to
+    /// close it there first.
     #[error(
-        "store {path}: this handle was opened by process {opener}; a forked process cannot write through it, nor make the opener's deferred appends durable (open the store in this process)"
+        "store {path}: this handle was opened by process {opener}; a forked process cannot write through it, nor make the opener's deferred appends durable. To write from this process, close the store in process {opener} first, then open it here (while process {opener} holds it, opening it here fails as busy)"
     )]
     ForeignProcess {
         /// The store directory.
@@ -92,6 +100,22 @@ pub enum Error {
     ForkedSinceOpen {
         /// The store directory.
         path: PathBuf,
+    },
+    /// zstd could not train a dictionary on the samples given: too few of
+    /// them, too small in all, or too little shared content for the size
+    /// asked.
+    #[error(
+        "cannot train a {dict_size}-byte zstd dictionary on {samples} samples of {bytes} bytes in all (zstd says: {reason}); give more or larger samples (zstd needs at least 7 samples, and trains best on about 100 times the dictionary size in all), ask for a smaller dictionary (a smaller tier), or use the plain zstd codec, which needs no dictionary"
+    )]
+    DictionaryTraining {
+        /// Number of samples given.
+        samples: usize,
+        /// Their total size in bytes.
+        bytes: usize,
+        /// The largest dictionary asked for, in bytes.
+        dict_size: usize,
+        /// zstd's own error.
+        reason: String,
     },
     /// A previous write or sync failed; the in-memory state may no longer
     /// match the disk, so the handle refuses further writes. Reopen the store.
@@ -117,7 +141,62 @@ impl Error {
     pub(crate) fn corrupted(file: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
         Error::Corrupted {
             file: file.into(),
+            record: None,
             detail: detail.into(),
         }
+    }
+
+    /// Corruption of one record's entry or stored bytes in `file`.
+    pub(crate) fn corrupted_record(
+        file: impl Into<PathBuf>,
+        record: u64,
+        detail: impl Into<String>,
+    ) -> Self {
+        Error::Corrupted {
+            file: file.into(),
+            record: Some(record),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// "record N: " before the detail of a record's corruption.
+fn record_prefix(record: Option<u64>) -> String {
+    match record {
+        Some(r) => format!("record {r}: "),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (audit f14): the advice was "open the store in this
+    /// process", which fails as busy while the opener holds the lock.
+    #[test]
+    fn foreign_process_advice_is_to_close_in_the_opener_first() {
+        let e = Error::ForeignProcess {
+            path: PathBuf::from("/data/s"),
+            opener: 4242,
+        };
+        let m = e.to_string();
+        assert!(m.contains("forked"), "{m}");
+        assert!(
+            m.contains("close the store in process 4242 first, then open it here"),
+            "{m}"
+        );
+        assert!(!m.contains("(open the store in this process)"), "{m}");
+    }
+
+    #[test]
+    fn a_record_corruption_names_the_record_before_the_detail() {
+        let e = Error::corrupted_record("/s/0.chunk", 6, "bad frame");
+        assert_eq!(
+            e.to_string(),
+            "corrupted store file /s/0.chunk: record 6: bad frame"
+        );
+        let e = Error::corrupted("/s/meta.zr", "bad magic");
+        assert_eq!(e.to_string(), "corrupted store file /s/meta.zr: bad magic");
     }
 }

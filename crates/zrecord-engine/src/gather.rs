@@ -61,21 +61,29 @@ impl Engine {
         }
         let need = indices.len().checked_mul(record_bytes);
         if need != Some(dst.len()) {
-            return Err(Error::InvalidArgument(format!(
-                "destination is {} bytes, {} records of {record_bytes} bytes need {need:?}",
-                dst.len(),
-                indices.len()
-            )));
+            return Err(Error::InvalidArgument(match need {
+                Some(need) => format!(
+                    "destination is {} bytes, {} records of {record_bytes} bytes need {need}",
+                    dst.len(),
+                    indices.len()
+                ),
+                None => format!(
+                    "destination is {} bytes, {} records of {record_bytes} bytes need more than the address space",
+                    dst.len(),
+                    indices.len()
+                ),
+            }));
         }
         let st = self.read_state();
         let locs = self.lookup(&st, indices, |_, i, l| {
             if l.logic_length as usize == record_bytes {
                 Ok(())
             } else {
-                Err(Error::corrupted(
+                Err(Error::corrupted_record(
                     self.loc_path(i),
+                    i,
                     format!(
-                        "record {i} decodes to {} bytes, expected {record_bytes}",
+                        "decodes to {} bytes, expected {record_bytes}",
                         l.logic_length
                     ),
                 ))
@@ -374,22 +382,18 @@ impl Engine {
         // never decode into more than that.
         let n = self.codec.decompress(&mut dctx, src, dst).map_err(|e| {
             // The context is dropped, not pooled, after a failed frame.
-            Error::corrupted(
+            Error::corrupted_record(
                 &h.path,
-                format!(
-                    "record {index}: zstd frame fails to decode into {} bytes: {e}",
-                    dst.len()
-                ),
+                index,
+                format!("zstd frame fails to decode into {} bytes: {e}", dst.len()),
             )
         })?;
         w.dctx = Some(dctx);
         if n != dst.len() {
-            return Err(Error::corrupted(
+            return Err(Error::corrupted_record(
                 &h.path,
-                format!(
-                    "record {index}: decoded {n} bytes, its entry says {}",
-                    dst.len()
-                ),
+                index,
+                format!("decoded {n} bytes, its entry says {}", dst.len()),
             ));
         }
         Ok(())

@@ -26,7 +26,9 @@ fn open(dir: &Path, cfg: &EngineConfig) -> zrecord_engine::Result<Engine> {
 
 fn expect_corrupted(dir: &Path, cfg: &EngineConfig, file: &str, what: &str) {
     match open(dir, cfg) {
-        Err(Error::Corrupted { file: f, detail }) => {
+        Err(Error::Corrupted {
+            file: f, detail, ..
+        }) => {
             assert!(
                 f.ends_with(file),
                 "{what}: blamed {f:?} ({detail}), expected {file}"
@@ -154,6 +156,52 @@ fn short_or_missing_loc_segments() {
     ));
 }
 
+/// Regression (audit f15): a damaged record count in meta.zr was reported
+/// as "0.loc: is 160 bytes, shorter than the 4294967296 its 268435456 live
+/// entries need", blaming 0.loc alone with a per-segment count.
+#[test]
+fn a_record_count_the_loc_segment_lacks_names_both_files() {
+    // The default 2^28-entry segments: 12 entries in 0.loc, and a count of
+    // 2^32 that would need 2^28 of them there.
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::create(dir.path(), &options(Codec::Raw)).unwrap();
+    let recs: Vec<Vec<u8>> = (0..12).map(|t| record(t, 70)).collect();
+    e.append_fixed(&recs.concat(), 70).unwrap();
+    e.close().unwrap();
+    patch(&dir.path().join("meta.zr"), 14, &(1u64 << 32).to_le_bytes());
+    let err = Engine::open(dir.path(), OpenMode::ReadOnly).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupted { file, .. } if file.ends_with("0.loc")),
+        "{err:?}"
+    );
+    let m = err.to_string();
+    assert!(
+        m.contains(
+            "meta.zr's record count, 4294967296, disagrees with 0.loc: that count needs 268435456 entries (4294967296 bytes) in 0.loc, but it holds 12 (192 bytes)"
+        ),
+        "{m}"
+    );
+}
+
+/// Regression (audit f13): a dict.zr zstd cannot load was reported as
+/// "corrupted store file …/dict.zr: invalid argument: dictionary cannot be
+/// loaded", an "invalid argument" inside a corruption.
+#[test]
+fn an_unloadable_dict_zr_is_corruption_of_that_file_only() {
+    let (d, cfg) = good(Codec::ZstdDict);
+    let mut bad = 0xEC30_A437u32.to_le_bytes().to_vec();
+    bad.extend_from_slice(&[0xFF; 60]);
+    fs::write(d.path().join("dict.zr"), bad).unwrap();
+    let err = open(d.path(), &cfg).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupted { file, .. } if file.ends_with("dict.zr")),
+        "{err:?}"
+    );
+    let m = err.to_string();
+    assert!(m.contains("zstd cannot load the 64-byte dictionary"), "{m}");
+    assert!(!m.contains("invalid argument"), "{m}");
+}
+
 #[test]
 fn entries_beyond_the_frontier() {
     // Entry 11 (the last) in 2.loc at entry 3.
@@ -168,6 +216,16 @@ fn entries_beyond_the_frontier() {
         let (d, cfg) = good(Codec::Raw);
         patch(&d.path().join("2.loc"), off, &v.to_le_bytes());
         expect_corrupted(d.path(), &cfg, "2.loc", what);
+        assert!(
+            matches!(
+                open(d.path(), &cfg),
+                Err(Error::Corrupted {
+                    record: Some(11),
+                    ..
+                })
+            ),
+            "{what}: the entry's record is named"
+        );
     }
     // Raw records store exactly their decoded length.
     let (d, cfg) = good(Codec::Raw);
@@ -200,10 +258,18 @@ fn damaged_frames_fail_on_gather_not_with_a_panic() {
     patch(&d.path().join("0.chunk"), 0, &[0xAB; 8]);
     let e = open(d.path(), &cfg).unwrap();
     let mut out = vec![0u8; 70];
-    assert!(matches!(
-        e.gather_fixed(&[0], 70, &mut out),
-        Err(Error::Corrupted { .. })
-    ));
+    // The record is a field of the error, for layers that number records
+    // differently (a ragged store's pairs).
+    let err = e.gather_fixed(&[0], 70, &mut out).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupted { file, record: Some(0), .. } if file.ends_with("0.chunk")),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("0.chunk: record 0: zstd frame fails to decode"),
+        "{err}"
+    );
     // A frame that claims more than its entry's decoded length.
     drop(e);
     let (d, cfg) = good(Codec::Zstd);

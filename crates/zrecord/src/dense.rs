@@ -97,8 +97,9 @@ impl DenseCore {
             return Err(Error::BadStore {
                 file: store::store_file(path),
                 detail: format!(
-                    "record_bytes is {}, but item shape {item_shape:?} of {dtype} needs {computed:?}",
-                    opened.header.record_bytes
+                    "record_bytes is {}, but item shape {item_shape:?} of {dtype} needs {}",
+                    opened.header.record_bytes,
+                    store::show_nbytes(computed)
                 ),
             });
         }
@@ -195,8 +196,9 @@ impl DenseCore {
         let need = store::nbytes(shape, self.dtype.itemsize());
         if need != Some(data.len() as u64) {
             return Err(Error::invalid(format!(
-                "shape {shape:?} of {} needs {need:?} bytes, {} given",
+                "shape {shape:?} of {} needs {}, {} given",
                 self.dtype,
+                store::show_nbytes(need),
                 data.len()
             )));
         }
@@ -221,10 +223,11 @@ impl DenseCore {
         let need = indices.len().checked_mul(self.record_bytes);
         if need != Some(dst.len()) {
             return Err(Error::invalid(format!(
-                "destination holds {} bytes, {} records of {} bytes need {need:?}",
+                "destination holds {} bytes, {} records of {} bytes need {}",
                 dst.len(),
                 indices.len(),
-                self.record_bytes
+                self.record_bytes,
+                store::show_nbytes(need.map(|n| n as u64))
             )));
         }
         self.check_range(indices)?;

@@ -471,6 +471,28 @@ mod tests {
         assert_eq!(sizes, vec![3, budget - 3]);
     }
 
+    /// Regression (audit f03): too little data to train on surfaced as
+    /// "invalid argument: dictionary training failed: Src size is
+    /// incorrect"; it is now the engine's training error, with the sizes.
+    #[test]
+    fn too_few_records_fail_with_the_training_error() {
+        let recs: Vec<&[u8]> = vec![b"abc", b"def", b"ghi"];
+        match train_dict(DictSource::records(recs), DictTier::Fast) {
+            Err(
+                e @ Error::Engine(zrecord_engine::Error::DictionaryTraining {
+                    samples: 3,
+                    bytes: 9,
+                    dict_size: 32768,
+                    ..
+                }),
+            ) => {
+                let m = e.to_string();
+                assert!(m.contains("on 3 samples of 9 bytes"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn tier_names_round_trip() {
         for t in [DictTier::Fast, DictTier::Balanced, DictTier::Max] {

@@ -179,18 +179,21 @@ impl DType {
             b'u' => ScalarKind::UInt,
             b'f' => ScalarKind::Float,
             b'c' => ScalarKind::Complex,
-            b'O' => return Err(Error::unsupported(s, "object dtypes cannot be stored")),
+            b'O' => return Err(Error::unsupported(s, "object dtypes are not supported")),
             b'U' | b'S' | b'a' => {
                 return Err(Error::unsupported(s, "string dtypes are not supported"));
             }
-            b'V' => {
+            // NumPy gives a subarray dtype such as ('<f4', (3,)) the type
+            // string |V12 too, so the string alone cannot tell the two apart.
+            b'V' => return Err(Error::unsupported(s, TOP_LEVEL_VOID)),
+            b'M' => {
+                return Err(Error::unsupported(s, "datetime64 dtypes are not supported"));
+            }
+            b'm' => {
                 return Err(Error::unsupported(
                     s,
-                    "void dtypes are only accepted as unnamed padding inside a structured descr",
+                    "timedelta64 dtypes are not supported",
                 ));
-            }
-            b'M' | b'm' => {
-                return Err(Error::unsupported(s, "datetime dtypes are not supported"));
             }
             _ => return Err(Error::unsupported(s, "unknown type code")),
         };
@@ -433,7 +436,8 @@ impl DType {
                 return Err(Error::unsupported(
                     s.clone(),
                     "void dtypes are only accepted as unnamed padding inside a structured descr",
-                ));
+                )
+                .in_field(&name));
             }
             let n = n.ok_or_else(|| bad("bad padding size"))?;
             if n == 0 || n as u64 > MAX_ITEMSIZE {
@@ -448,7 +452,7 @@ impl DType {
         if name.is_empty() {
             return Err(bad("only padding fields may be unnamed"));
         }
-        let dtype = Self::from_lit_depth(&items[1], depth + 1)?;
+        let dtype = Self::from_lit_depth(&items[1], depth + 1).map_err(|e| e.in_field(&name))?;
         Ok(Field { name, dtype, shape })
     }
 
@@ -558,6 +562,10 @@ fn dim(d: i128) -> Option<usize> {
 }
 
 /// `Some(Some(n))` for `|V<n>` / `V<n>`, `Some(None)` for a malformed void.
+/// Why a void type string (`|V12`) is refused outside padding: it is raw
+/// bytes, or a subarray dtype whose shape NumPy folded into the string.
+const TOP_LEVEL_VOID: &str = "void dtypes are not supported on their own: |V<n> is raw bytes, or a subarray dtype such as ('<f4', (3,)); subarray dtypes are supported only as fields of a structured dtype (or store the base dtype and put the subarray's shape in item_shape), and raw bytes can be stored as u1";
+
 fn parse_void(s: &str) -> Option<Option<usize>> {
     let rest = s.strip_prefix(['|', '<', '>', '=']).unwrap_or(s);
     let digits = rest.strip_prefix('V')?;
@@ -1077,6 +1085,52 @@ mod tests {
                 other => panic!("{s}: {other:?}"),
             }
         }
+    }
+
+    /// Regression (audit f13): timedelta64 was called datetime, object
+    /// dtypes "cannot be stored" even while loading a .npy, and a subarray
+    /// dtype (type string |V12) was told it could only be padding.
+    #[test]
+    fn refusals_say_what_the_dtype_is_and_what_is_supported() {
+        let reason = |s: &str| match DType::parse(s) {
+            Err(Error::UnsupportedDType { reason, .. }) => reason,
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(reason("<m8[s]"), "timedelta64 dtypes are not supported");
+        assert_eq!(reason("<M8[ns]"), "datetime64 dtypes are not supported");
+        assert_eq!(reason("|O"), "object dtypes are not supported");
+        let void = reason("|V12");
+        assert!(
+            void.contains("subarray dtype such as ('<f4', (3,))")
+                && void.contains("supported only as fields of a structured dtype")
+                && void.contains("item_shape"),
+            "{void}"
+        );
+        assert!(!void.contains("only accepted as unnamed padding"), "{void}");
+    }
+
+    /// Regression (audit f13): an unsupported field type inside a
+    /// structured dtype was reported without the field's name.
+    #[test]
+    fn an_unsupported_field_type_names_the_field() {
+        let field = |name: &str, ty: Lit| Lit::Seq(vec![Lit::Str(name.into()), ty]);
+        let lit = Lit::Seq(vec![
+            field("x", Lit::Str("<f4".into())),
+            field("name", Lit::Str("|S3".into())),
+        ]);
+        let e = DType::from_lit(&lit).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"unsupported dtype "|S3": field "name": string dtypes are not supported"#
+        );
+        // Nested: the path of field names.
+        let nested = Lit::Seq(vec![field("outer", lit)]);
+        let m = DType::from_lit(&nested).unwrap_err().to_string();
+        assert!(m.contains(r#"field "outer.name": string dtypes"#), "{m}");
+        // A named void field.
+        let named_void = Lit::Seq(vec![field("raw", Lit::Str("|V4".into()))]);
+        let m = DType::from_lit(&named_void).unwrap_err().to_string();
+        assert!(m.contains(r#"field "raw": void dtypes"#), "{m}");
     }
 
     #[test]

@@ -92,8 +92,15 @@ pub enum Error {
         found: Vec<u64>,
     },
 
-    /// A text token is not a number.
-    #[error("{}:{line}: column {column}: cannot parse {token:?} as a number", path.display())]
+    /// A text token is not a number. The token is shown with Python's
+    /// escapes (`"\ufeff1"`), and a byte-order mark at the start of the
+    /// file gets a hint: like NumPy's `loadtxt`, the parser does not skip it.
+    #[error(
+        "{}:{line}: column {column}: cannot parse {} as a number{}",
+        path.display(),
+        py_quoted(.token),
+        bom_hint(*.line, *.column, .token)
+    )]
     TextParse {
         /// The file.
         path: PathBuf,
@@ -225,7 +232,8 @@ pub enum Error {
 
     /// A ragged record's payload length disagrees with its shape.
     #[error(
-        "record {position} of the batch: shape {shape:?} of {itemsize}-byte items needs {expected:?} bytes (None: overflow), payload has {found}"
+        "record {position} of the batch: shape {shape:?} of {itemsize}-byte items needs {}, payload has {found} bytes",
+        crate::store::show_nbytes(*.expected)
     )]
     RecordSize {
         /// Position of the record in the appended batch.
@@ -306,6 +314,64 @@ pub enum NpyHeaderProblem {
     ShapeOverflow(Vec<u64>),
 }
 
+/// `s` in double quotes with Python's escapes for what would not show:
+/// `\t`, `\n`, `\r`, `\xNN`, `\uNNNN`, `\UNNNNNNNN` (where Rust's `{:?}`
+/// writes `\u{feff}`), and `\"` and `\\`.
+fn py_quoted(s: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if invisible(c) => {
+                let n = u32::from(c);
+                let _ = match n {
+                    0..=0xff => write!(out, "\\x{n:02x}"),
+                    0x100..=0xffff => write!(out, "\\u{n:04x}"),
+                    _ => write!(out, "\\U{n:08x}"),
+                };
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Characters Python's `repr` escapes because they print as nothing or as
+/// a blank: controls, separators other than the space, and the common
+/// format characters (soft hyphen, zero-width and direction marks, the
+/// byte-order mark, tag characters).
+fn invisible(c: char) -> bool {
+    c.is_control()
+        || (c.is_whitespace() && c != ' ')
+        || matches!(
+            c,
+            '\u{ad}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{feff}'
+                | '\u{e0000}'..='\u{e007f}'
+        )
+}
+
+/// The hint for a token that starts with a byte-order mark.
+fn bom_hint(line: u64, column: usize, token: &str) -> &'static str {
+    if !token.starts_with('\u{feff}') {
+        ""
+    } else if line == 1 && column == 1 {
+        " (the file starts with a UTF-8 byte-order mark; remove it first: like NumPy's loadtxt, this reader does not skip it)"
+    } else {
+        " (it starts with a UTF-8 byte-order mark, U+FEFF)"
+    }
+}
+
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
@@ -325,5 +391,67 @@ impl Error {
         Error::InvalidArgument {
             detail: detail.into(),
         }
+    }
+
+    /// Names the structured field an [`Error::UnsupportedDType`] was found
+    /// in (`field "a": ...`; called again by an enclosing field, the path
+    /// grows: `field "outer.a": ...`). Other errors pass unchanged.
+    ///
+    /// For callers that build a structured dtype field by field (a binding
+    /// parsing each field's type string with [`DType::parse`](crate::DType::parse)).
+    ///
+    /// ```
+    /// use zrecord::DType;
+    /// let e = DType::parse("|S3").unwrap_err().in_field("name");
+    /// assert!(e.to_string().contains(r#"field "name": string dtypes"#));
+    /// ```
+    pub fn in_field(self, name: &str) -> Error {
+        match self {
+            Error::UnsupportedDType { dtype, reason } => {
+                let reason = match reason.strip_prefix("field \"") {
+                    Some(inner) => format!("field \"{name}.{inner}"),
+                    None => format!("field \"{name}\": {reason}"),
+                };
+                Error::UnsupportedDType { dtype, reason }
+            }
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_quoted_with_python_escapes() {
+        assert_eq!(py_quoted("x4"), r#""x4""#);
+        assert_eq!(py_quoted("\u{feff}1"), r#""\ufeff1""#);
+        assert_eq!(py_quoted("a\tb\u{0}\u{a0}"), r#""a\tb\x00\xa0""#);
+        assert_eq!(py_quoted("\u{1d400}é\"\\"), "\"\u{1d400}é\\\"\\\\\"");
+        assert_eq!(py_quoted("\u{e0001}"), r#""\U000e0001""#);
+    }
+
+    /// Regression (audit f11): the expected size printed as Rust's
+    /// `Some(16)` / `None`.
+    #[test]
+    fn record_size_prints_a_number_or_says_it_overflows() {
+        let e = |expected| Error::RecordSize {
+            position: 2,
+            shape: vec![4],
+            itemsize: 4,
+            expected,
+            found: 12,
+        };
+        assert_eq!(
+            e(Some(16)).to_string(),
+            "record 2 of the batch: shape [4] of 4-byte items needs 16 bytes, payload has 12 bytes"
+        );
+        let m = e(None).to_string();
+        assert!(
+            m.contains("needs a byte count that overflows 64 bits,"),
+            "{m}"
+        );
+        assert!(!m.contains("None") && !m.contains("Some("), "{m}");
     }
 }

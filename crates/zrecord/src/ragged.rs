@@ -130,6 +130,32 @@ impl Packed {
     }
 }
 
+/// Names the logical record in an engine error about one physical record:
+/// the engine numbers a ragged store's payloads and shape records apart
+/// (record `i` is the pair `2i`, `2i + 1`), so its "record 6" is the payload
+/// of the caller's record 3. The physical number stays as detail.
+pub(crate) fn logical_record_error(e: Error) -> Error {
+    match e {
+        Error::Engine(zrecord_engine::Error::Corrupted {
+            file,
+            record: Some(phys),
+            detail,
+        }) => {
+            let part = if phys % 2 == 0 {
+                "payload"
+            } else {
+                "shape record"
+            };
+            Error::Engine(zrecord_engine::Error::Corrupted {
+                file,
+                record: Some(phys / 2),
+                detail: format!("{part} (physical record {phys}): {detail}"),
+            })
+        }
+        other => other,
+    }
+}
+
 impl RaggedCore {
     /// Creates a ragged store of `dtype` records in the directory `path`
     /// (created if missing; it must hold no files).
@@ -283,7 +309,7 @@ impl RaggedCore {
         phys.clear();
         phys.extend(indices.iter().map(|&i| 2 * i + 1));
         phys.extend(indices.iter().map(|&i| 2 * i));
-        self.engine.gather_packed(phys, goffs, |goffs| {
+        let packed = self.engine.gather_packed(phys, goffs, |goffs| {
             for (k, w) in goffs[..=n].windows(2).enumerate() {
                 let l = w[1] - w[0];
                 if l < 8 || l % 8 != 0 {
@@ -299,7 +325,8 @@ impl RaggedCore {
                 buf.resize(words, 0);
             }
             Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(buf)[..at])
-        })?;
+        });
+        packed.map_err(logical_record_error)?;
         let itemsize = self.dtype.itemsize() as u64;
         let start = goffs[n];
         for k in 0..n {
@@ -325,7 +352,8 @@ impl RaggedCore {
                 return Err(corrupted(
                     k,
                     format!(
-                        "shape {shape:?} of {itemsize}-byte items needs {expected:?} bytes, payload decodes to {payload}"
+                        "shape {shape:?} of {itemsize}-byte items needs {}, payload decodes to {payload}",
+                        store::show_nbytes(expected)
                     ),
                 ));
             }
@@ -381,6 +409,7 @@ impl RaggedCore {
                     .engine
                     .gather_var(&[2 * i + 1], &mut shape_buf, &offsets)
                 {
+                    let e = logical_record_error(e.into());
                     rep.bad.push((i, format!("shape record unreadable: {e}")));
                     continue;
                 }
@@ -401,7 +430,8 @@ impl RaggedCore {
                     rep.bad.push((
                         i,
                         format!(
-                            "shape {dims:?} of {itemsize}-byte items needs {expected:?} bytes, payload decodes to {payload_len}"
+                            "shape {dims:?} of {itemsize}-byte items needs {}, payload decodes to {payload_len}",
+                            store::show_nbytes(expected)
                         ),
                     ));
                 }

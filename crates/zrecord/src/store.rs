@@ -222,7 +222,12 @@ pub(crate) fn open_store(path: &Path, kind: Kind, opts: &OpenOptions) -> Result<
     } else {
         OpenMode::ReadWrite
     };
-    let mut engine = Engine::open(path, mode)?;
+    // A ragged store's engine numbers payloads and shape records apart;
+    // its open errors name the caller's record.
+    let mut engine = Engine::open(path, mode).map_err(|e| match kind {
+        Kind::Ragged => crate::ragged::logical_record_error(e.into()),
+        _ => e.into(),
+    })?;
     // Normalised as create stores it: an expected `<i1` means the `|i1` a
     // create with `<i1` wrote.
     if let Some(want) = &opts.dtype
@@ -293,4 +298,13 @@ pub(crate) fn nbytes(dims: &[u64], itemsize: usize) -> Option<u64> {
     dims.iter()
         .try_fold(1u64, |a, &d| a.checked_mul(d))?
         .checked_mul(itemsize as u64)
+}
+
+/// A byte count from [`nbytes`] as a message says it: "16 bytes", or that
+/// it overflows (never Rust's `Some(16)` / `None`).
+pub(crate) fn show_nbytes(n: Option<u64>) -> String {
+    match n {
+        Some(n) => format!("{n} bytes"),
+        None => "a byte count that overflows 64 bits".into(),
+    }
 }

@@ -2257,6 +2257,35 @@ mod tests {
         }
     }
 
+    /// Regression (audit f12): a file starting with a UTF-8 byte-order mark
+    /// failed with `cannot parse "\u{feff}1"` (Rust's escape) and no hint.
+    /// The BOM is still refused, as NumPy's loadtxt refuses it.
+    #[test]
+    fn a_leading_byte_order_mark_is_refused_with_a_hint() {
+        let csv = LoadTxtOptions {
+            delimiter: Some(b','),
+            ..LoadTxtOptions::default()
+        };
+        let e = load64("\u{feff}1,2\n3,4\n", &csv).unwrap_err();
+        match &e {
+            Error::TextParse {
+                line: 1,
+                column: 1,
+                token,
+                ..
+            } => assert_eq!(token, "\u{feff}1"),
+            other => panic!("{other:?}"),
+        }
+        let m = e.to_string();
+        assert!(
+            m.contains(r#"column 1: cannot parse "\ufeff1" as a number (the file starts with a UTF-8 byte-order mark;"#),
+            "{m}"
+        );
+        // An ordinary bad token gets no hint.
+        let m = load64("1,2\n3,x\n", &csv).unwrap_err().to_string();
+        assert!(m.ends_with(r#"cannot parse "x" as a number"#), "{m}");
+    }
+
     #[test]
     fn errors_name_line_column_and_token() {
         let o = LoadTxtOptions::default();

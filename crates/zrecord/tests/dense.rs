@@ -379,6 +379,12 @@ fn malformed_store_zr_is_an_error_naming_it() {
     std::fs::write(path.join("store.zr"), &b).unwrap();
     let e = DenseCore::open(&path, &OpenOptions::default()).unwrap_err();
     assert!(e.to_string().contains("store.zr"), "{e}");
+    // Regression (audit f11): the size needed printed as Rust's `Some(3)`.
+    assert!(
+        e.to_string()
+            .ends_with("record_bytes is 4, but item shape [3] of |u1 needs 3 bytes"),
+        "{e}"
+    );
     // The identity is not MessagePack.
     let mut b = good.clone();
     let n = b.len();

@@ -269,6 +269,99 @@ fn a_shape_that_disagrees_with_its_payload_is_corruption_naming_the_index() {
     }
 }
 
+/// Regression (audit f11): a shape whose byte count overflows printed
+/// "needs None bytes".
+#[test]
+fn a_stored_shape_that_overflows_says_so_in_words() {
+    let dir = tmp();
+    let path = dir.path().join("o");
+    {
+        let s = RaggedStore::<f32>::create(&path, &CreateOptions::new(Codec::Raw)).unwrap();
+        s.append([Array::from_elem(4, 1f32).into_dyn().view()])
+            .unwrap();
+        s.sync().unwrap();
+    }
+    overwrite_shape(&path, &shape_record(&[4]), &shape_record(&[1 << 62]));
+    let s = RaggedStore::<f32>::open(&path).unwrap();
+    let e = s.get(0).unwrap_err();
+    assert!(matches!(e, Error::Corrupted { index: 0, .. }), "{e:?}");
+    let m = e.to_string();
+    assert!(
+        m.contains("needs a byte count that overflows 64 bits, payload decodes to 16"),
+        "{m}"
+    );
+    let rep = s.core().verify().unwrap();
+    assert!(
+        rep.bad[0]
+            .1
+            .contains("needs a byte count that overflows 64 bits"),
+        "{:?}",
+        rep.bad
+    );
+}
+
+/// The byte engine under a ragged store holds logical record `i` as two
+/// physical records, payload `2i` and shape record `2i + 1`.
+fn loc_entry(path: &std::path::Path, phys: u64) -> (u32, u32) {
+    let loc = std::fs::read(path.join("0.loc")).unwrap();
+    let e = &loc[16 * phys as usize..16 * phys as usize + 16];
+    let w = |k: usize| u32::from_le_bytes(e[4 * k..4 * k + 4].try_into().unwrap());
+    (w(0), w(1))
+}
+
+/// Regression (audit f04): corruption found by the byte engine named its
+/// physical record ("record 6: zstd frame fails to decode") when the caller
+/// asked for record 3.
+#[test]
+fn engine_corruption_names_the_logical_record_and_which_half() {
+    let dir = tmp();
+    let recs: Vec<ArrayD<f32>> = (0..10)
+        .map(|i| Array::from_shape_fn(i + 1, |k| k as f32).into_dyn())
+        .collect();
+    let make = |name: &str| {
+        let path = dir.path().join(name);
+        let s = RaggedStore::<f32>::create(&path, &CreateOptions::new(Codec::Zstd)).unwrap();
+        s.append(recs.iter().map(|a| a.view())).unwrap();
+        s.close().unwrap();
+        path
+    };
+    // Record 3's payload frame zeroed: found on gather.
+    let path = make("gather");
+    let (off, phys_len) = loc_entry(&path, 6);
+    let mut chunk = std::fs::read(path.join("0.chunk")).unwrap();
+    chunk[off as usize..(off + phys_len) as usize].fill(0);
+    std::fs::write(path.join("0.chunk"), chunk).unwrap();
+    let s = RaggedStore::<f32>::open(&path).unwrap();
+    assert_eq!(s.get(2).unwrap(), recs[2]);
+    let e = s.gather(&[1i64, 3][..]).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Engine(zrecord_engine::Error::Corrupted {
+                record: Some(3),
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    let m = e.to_string();
+    assert!(
+        m.contains("0.chunk: record 3: payload (physical record 6): zstd frame fails to decode"),
+        "{m}"
+    );
+    drop(s);
+    // Record 5's shape-record entry says it decodes to 0 bytes: found on open.
+    let path = make("open");
+    let mut loc = std::fs::read(path.join("0.loc")).unwrap();
+    loc[16 * 11 + 8..16 * 11 + 12].fill(0);
+    std::fs::write(path.join("0.loc"), loc).unwrap();
+    let m = RaggedStore::<f32>::open(&path).unwrap_err().to_string();
+    assert!(
+        m.contains("0.loc: record 5: shape record (physical record 11): "),
+        "{m}"
+    );
+}
+
 /// Regression: a rank-65 record was appended and read back, but `verify`
 /// then reported the store's own record as corrupt (its shape record is
 /// longer than a rank plus 64 dims). Appends now refuse what verify refuses.
