@@ -106,6 +106,7 @@ fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
         E::IndexOutOfRange { .. } => zerr(py, "IndexOutOfRange", msg),
         E::ReadOnly { .. } => zerr(py, "ReadOnlyStore", msg),
         E::InvalidArgument(_) => PyValueError::new_err(msg),
+        E::DictionaryTraining { .. } => zerr(py, "DictTrainingError", msg),
         _ => zerr(py, "ZrecordError", msg),
     }
 }
@@ -204,6 +205,10 @@ fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
                         None => DType::parse(s).or_py(py)?,
                     }
                 }
+                // A named field's type: a refusal names the field.
+                Ok(s) => DType::parse(s.to_str()?)
+                    .map_err(|e| e.in_field(&name))
+                    .or_py(py)?,
                 _ => dtype_from_py(&ty)?,
             };
         fields.push(Field { name, dtype, shape });

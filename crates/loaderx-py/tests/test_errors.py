@@ -210,3 +210,12 @@ def test_a_ragged_shape_record_of_too_high_rank_is_a_corrupt_record(tmp_path):
         with pytest.raises(CorruptRecord, match="record 0 is corrupted"):
             rs.gather_packed([1, 0])
         assert rs[1].shape == (2,)
+
+
+@ours_only
+def test_a_subarray_dtype_says_how_to_store_it():
+    from loaderx.zrecord import UnsupportedDType
+    with pytest.raises(UnsupportedDType, match=r"base dtype '<f4' and put \(3,\) in the record shape"):
+        DenseStore("a", np.dtype(("<f4", (3,))), (2,))
+    with pytest.raises(UnsupportedDType, match=r"field \"name\": string dtypes"):
+        DenseStore("b", np.dtype([("x", "<f4"), ("name", "S3")]), (2,))

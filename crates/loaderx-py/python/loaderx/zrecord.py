@@ -140,6 +140,13 @@ def _out_problem(out, shape, dtype):
 def _check_dtype(dtype):
     if dtype.hasobject:
         raise ValueError("object dtypes cannot be persisted")
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        raise UnsupportedDType(
+            None,
+            f"{dtype} is a subarray dtype: store its base dtype {base.str!r} and put "
+            f"{shape} in the record shape (item_shape, or each ragged record's shape)",
+        )
 
 
 def _integral(idxs, where=""):
