@@ -917,6 +917,12 @@ impl PyRaggedCore {
         let idxs = idxs.as_slice()?;
         let (batch, path) = self.gather_batch(py, idxs)?;
         let n = batch.len();
+        if n != idxs.len() {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "gathered {n} records for {} indices",
+                idxs.len()
+            )));
+        }
         let offsets = new_array1::<i64>(py, n + 1)?;
         let mut shapes = Vec::with_capacity(n);
         {
@@ -1116,6 +1122,30 @@ fn new_array<'py>(
         Bound::from_owned_ptr_or_err(py, p)?
     };
     Ok(any.cast_into::<numpy::PyUntypedArray>()?)
+}
+
+/// A new zero-filled 1-D `uint8` array of `len` bytes; a failed allocation
+/// is Python's `MemoryError` (rust-numpy's `zeros` panics instead).
+fn zeros_u8(py: Python<'_>, len: usize) -> PyResult<Bound<'_, PyArray1<u8>>> {
+    use numpy::npyffi::{self, PY_ARRAY_API};
+    let mut dims = [npyffi::npy_intp::try_from(len).map_err(|_| {
+        pyo3::exceptions::PyMemoryError::new_err(format!("cannot allocate {len} bytes"))
+    })?];
+    // SAFETY: PyArray_Zeros steals the descr reference made by
+    // `into_dtype_ptr`, reads one dim, allocates zeroed C-ordered memory and
+    // returns NULL with a Python error set on failure, which
+    // `from_owned_ptr_or_err` turns into that error.
+    let any = unsafe {
+        let p = PY_ARRAY_API.PyArray_Zeros(
+            py,
+            1,
+            dims.as_mut_ptr(),
+            <u8 as numpy::Element>::get_dtype(py).into_dtype_ptr(),
+            0,
+        );
+        Bound::from_owned_ptr_or_err(py, p)?
+    };
+    Ok(any.cast_into::<PyArray1<u8>>()?)
 }
 
 /// A new, uninitialised 1-D array of `len` elements of `T` (see
@@ -1452,8 +1482,9 @@ fn read_bytes_at<'py>(
         )));
     }
     // Fallible: a payload larger than memory is a MemoryError naming the
-    // file, not a panic.
-    let out = new_array1::<u8>(py, nbytes).map_err(|_| {
+    // file, not a panic. Zero-filled (calloc: fresh pages cost nothing
+    // more), so the slice the read fills is initialised memory.
+    let out = zeros_u8(py, nbytes).map_err(|_| {
         pyo3::exceptions::PyMemoryError::new_err(format!(
             "{}: cannot allocate {:.1} GiB for the payload; read it in parts \
              (load_npy_prefix) or map it (np.load(mmap_mode='r'))",

@@ -80,6 +80,7 @@ def test_sampler_and_loader_integer_arguments_are_named():
         (dict(batch_size=4.0), TypeError, "batch_size"),
         (dict(seed=None), TypeError, "seed"),
         (dict(seed=2**64), OverflowError, "seed"),
+        (dict(mode=256), OverflowError, "mode"),
     ):
         args = dict(length=10, batch_size=4, mode=1, seed=42) | kw
         with pytest.raises(exc, match=name):
@@ -102,9 +103,12 @@ def test_loader_streams_of_the_wrong_kind_and_errors_with_their_stream(monkeypat
     from loaderx.dataloader import DataLoader
     with DenseStore("x", np.float32, (2,)) as ds:
         ds.append(np.zeros((8, 2), np.float32))
-        for bad in (ds, [ds]):
-            with pytest.raises(ValueError, match="streams must be a dict"):
-                DataLoader(bad)
+        with pytest.raises(TypeError, match="streams must be a dict"):
+            DataLoader(ds)
+        with pytest.raises(ValueError, match="streams must be a dict"):
+            DataLoader([ds])  # dict()'s own type, as the reference
+        with pytest.raises(TypeError, match="streams must be a dict"):
+            DataLoader(5)
         with pytest.raises(TypeError, match="stream 'y' is a ndarray.*__getitems__"):
             DataLoader({"x": ds, "y": np.zeros((8, 2))})
 
@@ -138,6 +142,8 @@ def test_creation_arguments_are_checked_and_named():
         DenseStore("new", np.float32)
     with pytest.raises(StoreNotFound, match="RaggedStore needs dtype"):
         RaggedStore("new")
+    with pytest.raises(StoreNotFound, match="read_only=True never creates one"):
+        DenseStore("new", read_only=True)
     with pytest.raises(TypeError, match=r"did you mean \(4,\)"):
         DenseStore("a", np.float32, 4)
     for shape in ((4.9,), ("4",), (True,)):

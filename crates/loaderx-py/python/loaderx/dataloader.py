@@ -40,8 +40,11 @@ def _identity(batch):
 def _note(exc, text):
     """Adds ``text`` to ``exc``'s notes (shown under its traceback; Python
     3.11+), once."""
-    if hasattr(exc, "add_note") and text not in getattr(exc, "__notes__", ()):
-        exc.add_note(text)
+    try:
+        if hasattr(exc, "add_note") and text not in getattr(exc, "__notes__", ()):
+            exc.add_note(text)
+    except Exception:  # noqa: BLE001 — a note must never replace the error
+        pass
 
 
 def _gather_allocated(allocate, name, ds):
@@ -79,7 +82,7 @@ def _gather_allocated(allocate, name, ds):
         problem = _out_problem(arr, shape, dtype)
         if problem:
             raise ValueError(f"{what} returned an array that {problem}")
-        claim(what, arr)
+        claim(what, arr, obj)
         ds.gather_into(idxs, arr)
         return obj
 
@@ -147,7 +150,7 @@ class _Pipeline:
         self.gathers = [
             (name, _gather_allocated(allocate, name, ds), False, True)
             if allocate is not None and type(ds) is DenseStore
-            else (name, ds.gather_packed, False, False) if name in packed
+            else (name, ds.gather_packed, type(ds) is not RaggedStore, False) if name in packed
             else (name, ds.__getitems__, type(ds) not in (DenseStore, RaggedStore), False)
             for name, ds in streams.items()
         ]
@@ -262,7 +265,8 @@ class _Pipeline:
             got = {}
             for name, gather, foreign, allocated in self.gathers:
                 if allocated:
-                    got[name] = gather(idxs, lambda what, arr: self._claim_memory(ticket, what, arr))
+                    got[name] = gather(idxs, lambda what, arr, obj:
+                                       self._claim_memory(ticket, what, arr, obj))
                 elif not foreign:
                     got[name] = gather(idxs)
             if len(got) < len(self.gathers):
@@ -282,20 +286,24 @@ class _Pipeline:
             if step is not None:
                 _note(exc, f"while gathering stream {name!r} for step {step}"
                       if name is not None else f"while gathering step {step}")
+            with self.lock:
+                self.lent.pop(ticket, None)  # this batch will never be delivered
             self._fail(exc, ticket, "gathering the batch")
             return False
 
-    def _claim_memory(self, ticket, what, arr):
+    def _claim_memory(self, ticket, what, arr, obj):
         """Reserves ``arr``'s bytes for batch ``ticket`` until it is
-        delivered; raises if a batch still in the pipeline owns any of
-        them."""
+        delivered or dropped; raises if a batch still in the pipeline owns
+        any of them. The entry holds ``obj``, so the memory cannot be freed
+        and handed out again (by malloc, or PyTorch's host cache) while the
+        entry stands, even if the transform does not keep it."""
         start = arr.ctypes.data
         end = start + arr.nbytes
         if start == end:
             return
         with self.lock:
-            for other, ranges in self.lent.items():
-                for lo, hi, owner in ranges:
+            for ranges in self.lent.values():
+                for lo, hi, owner, _ in ranges:
                     if lo < end and start < hi:
                         raise ValueError(
                             f"{what} returned memory that a batch still in the "
@@ -303,7 +311,7 @@ class _Pipeline:
                             "memory nothing else uses until the consumer is done "
                             "with the batch it fills"
                         )
-            self.lent.setdefault(ticket, []).append((start, end, what))
+            self.lent.setdefault(ticket, []).append((start, end, what, obj))
 
     def _claim_work(self):
         """(Lock held.) Takes a gathered batch, or says to wait or stop."""
@@ -313,6 +321,7 @@ class _Pipeline:
             return _WAIT
         item = self.raw.popleft()
         if self._after_failure(item[0]):
+            self.lent.pop(item[0], None)
             return _SKIP  # its result would never be delivered
         return item
 
@@ -328,6 +337,8 @@ class _Pipeline:
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
             _note(exc, f"in the DataLoader's transform, at step {step}")
             del batch
+            with self.lock:
+                self.lent.pop(ticket, None)
             self._fail(exc, ticket)
             return True
         del batch
@@ -466,7 +477,7 @@ class DataLoader:
                 (``torch.empty(shape, dtype=..., pin_memory=True)``, which
                 PyTorch recycles safely) and the host-to-device copy runs
                 asynchronously with no extra copy on the way.
-            packed (iterable of str): Ragged streams to deliver packed, as
+            packed (iterable of str, optional): Ragged streams to deliver packed, as
                 ``RaggedStore.gather_packed`` returns them: ``(values,
                 offsets, shapes)``, one array for the batch instead of a
                 list of per-record arrays (``offsets`` is what
@@ -481,14 +492,15 @@ class DataLoader:
         in the consumer with a note naming the stream and step (Python 3.11+).
         """
         if isinstance(streams, (DenseStore, RaggedStore, np.ndarray)):
-            raise ValueError(
+            raise TypeError(
                 f"streams must be a dict {{name: store}}, got a {type(streams).__name__}; "
                 "e.g. DataLoader({'x': store})"
             )
         try:
             self.streams = dict(streams)
         except (TypeError, ValueError) as exc:
-            raise ValueError(
+            # The type dict() raised (as loaderx 1.7.2, which calls it too).
+            raise type(exc)(
                 "streams must be a dict {name: store} (or (name, store) pairs), "
                 f"got a {type(streams).__name__}"
             ) from exc
@@ -520,10 +532,12 @@ class DataLoader:
         sampler.seek(start_step)
         if allocate is not None and not callable(allocate):
             raise TypeError(f"allocate must be callable, got {type(allocate).__name__}")
-        if isinstance(packed, str):
+        if packed is None:
+            packed = ()
+        elif isinstance(packed, str):
             packed = (packed,)
         packed = frozenset(packed)
-        for name in sorted(packed):
+        for name in sorted(packed, key=str):
             if not isinstance(self.streams.get(name), RaggedStore):
                 what = ("no such stream" if name not in self.streams
                         else f"a {type(self.streams[name]).__name__}")

@@ -234,6 +234,10 @@ class _Base:
             self.dtype = stored
             self.codec = core.codec
         else:
+            if self.read_only:
+                raise StoreNotFound(
+                    None, f"{self.path} is not a loaderx store (read_only=True never creates one)"
+                )
             if dtype is None or (kind == "dense" and item_shape is None):
                 need = "dtype and item_shape" if kind == "dense" else "dtype"
                 raise StoreNotFound(
@@ -241,10 +245,6 @@ class _Base:
                     f"{self.path} is not a loaderx store; to create one, "
                     f"{type(self).__name__} needs {need} (got dtype={dtype!r}"
                     + (f", item_shape={item_shape!r})" if kind == "dense" else ")"),
-                )
-            if self.read_only:
-                raise StoreNotFound(
-                    None, f"{self.path} is not a loaderx store (read_only=True never creates one)"
                 )
             self.dtype = np.dtype(dtype)
             _check_dtype(self.dtype)
@@ -575,11 +575,10 @@ class RaggedStore(_Base):
         """Pack records into ``(payload uint8, byte offsets, shapes)``."""
         bufs, shapes = [], []
         for k, record in enumerate(records):
-            at = f"{self.path}: record {k} of the batch"
             if isinstance(record, (bytes, bytearray, memoryview)):
                 if self.dtype != np.dtype(np.uint8):
                     raise ValueError(
-                        f"{at} is bytes (uint8), but the store holds {self.dtype}"
+                        f"{self.path}: record {k} of the batch is bytes (uint8), but the store holds {self.dtype}"
                     )
                 b = np.frombuffer(record, dtype=np.uint8)
                 shape = (len(b),)
@@ -587,18 +586,18 @@ class RaggedStore(_Base):
                 a = np.asarray(record)
                 if a.dtype != self.dtype:
                     raise ValueError(
-                        f"{at} has dtype {a.dtype}, the store holds {self.dtype}"
+                        f"{self.path}: record {k} of the batch has dtype {a.dtype}, the store holds {self.dtype}"
                     )
                 shape = a.shape
                 b = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
             n = b.nbytes
             if n == 0:
                 raise ValueError(
-                    f"{at} is empty (shape {shape}); empty records are not stored"
+                    f"{self.path}: record {k} of the batch is empty (shape {shape}); empty records are not stored"
                 )
             if n > MAX_RECORD_LEN:
                 raise ValueError(
-                    f"{at} has {n} bytes, over the {MAX_RECORD_LEN}-byte record limit"
+                    f"{self.path}: record {k} of the batch has {n} bytes, over the {MAX_RECORD_LEN}-byte record limit"
                 )
             bufs.append(b)
             shapes.append(shape)

@@ -55,8 +55,8 @@ class Sampler(_native.Sampler):
             OverflowError: A negative or too large value (named).
         """
         mode = _u64(mode, "mode")
-        if mode > 255:
-            raise ValueError(f"mode must be 0 (sequential), 1 (IID) or 2 (cyclic), got {mode}")
+        if mode > 255:  # OverflowError, as the reference's uint8_t conversion
+            raise OverflowError(f"mode must be 0 (sequential), 1 (IID) or 2 (cyclic), got {mode}")
         self._init(_u64(length, "length"), _u64(batch_size, "batch_size"), mode,
                    _u64(seed, "seed"), rank=_u64(rank, "rank"), world=_u64(world, "world"))
 
