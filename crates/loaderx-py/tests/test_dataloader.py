@@ -449,7 +449,7 @@ import numpy as np
 from loaderx.dataloader import DataLoader
 from loaderx.zrecord import DenseStore
 with DenseStore("y", np.int64, ()) as s:
-    s.append(np.arange(100000))
+    s.append(np.arange(200000))
 y = DenseStore("y", read_only=True)
 loader = DataLoader({"y": y}, batch_size=1, mode=0, num_workers=2, prefetch_size=2,
                     transform=lambda b: int(b["y"][0]))
@@ -466,9 +466,11 @@ got, hits, other = [], 0, 0
 threading.Thread(target=kicker, daemon=True).start()
 t0 = time.monotonic()
 # At least 3 s, then on until enough batches and interrupts were seen (a
-# loaded box delivers fewer per second), for at most a minute.
-while time.monotonic() - t0 < 3.0 or (
-        (len(got) <= 100 or hits <= 10) and time.monotonic() - t0 < 60):
+# loaded box delivers fewer per second), for at most a minute; and never
+# past 150,000 batches: sequential indices wrap at the store's 200,000
+# records, and a quiet box delivers over 30,000 batches a second.
+while len(got) < 150000 and (time.monotonic() - t0 < 3.0 or (
+        (len(got) <= 100 or hits <= 10) and time.monotonic() - t0 < 60)):
     try:
         go.set()
         got.append(next(loader))
