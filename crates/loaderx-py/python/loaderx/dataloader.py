@@ -16,7 +16,8 @@ the single-process stream); ``start_step`` resumes at a step (``loader.step``
 is the step of the next batch returned); ``ordered`` (default ``True``)
 delivers batches in step order, so a run is reproducible and resumable exactly;
 ``allocate`` supplies the memory each dense batch is gathered into (pinned
-memory for a GPU, say), with no copy between.
+memory for a GPU, say), with no copy between; ``packed`` delivers ragged
+streams as one array + offsets + shapes.
 """
 
 import os
@@ -51,8 +52,9 @@ def _gather_allocated(allocate, name, ds):
     """A gather for the dense store ``ds`` (stream ``name``) into memory from
     ``allocate(name, shape, dtype)``; the batch carries the object it
     returned (an array, or e.g. a pinned torch tensor that ``numpy.asarray``
-    views without a copy). ``claim(what, arr)`` reserves the array's memory
-    for the batch (see ``_Pipeline._claim_memory``) before it is written."""
+    views without a copy). ``claim(what, arr, obj)`` reserves the array's
+    memory for the batch (see ``_Pipeline._claim_memory``) before it is
+    written."""
     item_shape, dtype = ds.item_shape, ds.dtype
 
     def gather(idxs, claim):
