@@ -445,6 +445,9 @@ def test_ctrl_c_from_real_signals_never_hangs_the_loader(tmp_path):
     import sys
     code = r'''
 import os, signal, sys, threading, time
+# Python keeps SIGINT ignored if it started ignored (a background job of a
+# non-interactive shell, as CI may run us): install the default handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import numpy as np
 from loaderx.dataloader import DataLoader
 from loaderx.zrecord import DenseStore
