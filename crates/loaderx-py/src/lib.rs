@@ -98,6 +98,11 @@ fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
     let msg = e.to_string();
     match e {
         E::Io { .. } | E::Poisoned { .. } => zerr(py, "StoreIOError", msg),
+        // One record's entry or frame (a frame that fails to decode is
+        // loaderx 1.7.2's -7 too); anything else is the store's structure.
+        E::Corrupted {
+            record: Some(_), ..
+        } => zerr(py, "CorruptRecord", msg),
         E::Corrupted { .. } => zerr(py, "InvalidStore", msg),
         E::NotAStore { .. } => zerr(py, "StoreNotFound", msg),
         // Forked children may hold the store: busy until they let go.

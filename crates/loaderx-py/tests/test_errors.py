@@ -59,6 +59,37 @@ def test_corrupted_store_is_reported(tmp_path):
         DenseStore("e")
 
 
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_a_frame_that_fails_to_decode_is_a_corrupt_record(tmp_path, kind):
+    """A damaged zstd frame raises code -7, "stored record failed to
+    decode", as loaderx 1.7.2 does (this test runs on both packages); ours
+    is the CorruptRecord subclass and names the record. Records before it
+    still read."""
+    data = np.arange(3 * 64, dtype=np.uint8).reshape(3, 64)
+    if kind == "dense":
+        with DenseStore("s", np.uint8, (64,), "zstd") as s:
+            s.append(data)
+    else:
+        with RaggedStore("s", np.uint8, codec="zstd") as s:
+            s.append(list(data))
+    chunk = tmp_path / "s" / "0.chunk"
+    raw = bytearray(chunk.read_bytes())
+    magic = b"\x28\xb5\x2f\xfd"
+    last = raw.rfind(magic)  # the last record's frame (ragged: its shape's)
+    assert last > 0
+    raw[last:last + 4] = b"\0\0\0\0"
+    chunk.write_bytes(bytes(raw))
+    opened = DenseStore("s") if kind == "dense" else RaggedStore("s")
+    with opened as s:
+        np.testing.assert_array_equal(s[0], data[0])
+        with pytest.raises(ZrecordError) as info:
+            s[[0, 2]]
+        assert info.value.code == -7
+        if hasattr(info.value, "__module__") and type(info.value).__name__ != "ZrecordError":
+            assert type(info.value).__name__ == "CorruptRecord"
+            assert "record 2" in str(info.value)
+
+
 def test_append_after_close_fails():
     ds = DenseStore("d", np.uint8, (4,))
     ds.close()
