@@ -169,8 +169,29 @@ fn closed(py: Python<'_>) -> PyErr {
 /// structured fields, `('', '|V<n>')` for padding).
 fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
     let py = obj.py();
+    descr_from_py(obj).map_err(|e| match e {
+        DescrError::Store(e) => to_py(py, e),
+        DescrError::Py(e) => e,
+    })
+}
+
+/// Why a descr was refused: the store layer's refusal keeps its type until
+/// every enclosing field has put its name on it (`field "outer.inner"`).
+enum DescrError {
+    Store(zrecord::Error),
+    Py(PyErr),
+}
+
+impl From<PyErr> for DescrError {
+    fn from(e: PyErr) -> Self {
+        DescrError::Py(e)
+    }
+}
+
+fn descr_from_py(obj: &Bound<'_, PyAny>) -> Result<DType, DescrError> {
+    let py = obj.py();
     if let Ok(s) = obj.cast::<PyString>() {
-        return DType::parse(s.to_str()?).or_py(py);
+        return DType::parse(s.to_str()?).map_err(DescrError::Store);
     }
     let list = obj
         .cast::<PyList>()
@@ -183,7 +204,8 @@ fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
         if !(2..=3).contains(&t.len()) {
             return Err(PyValueError::new_err(
                 "a descr entry is (name, type) or (name, type, shape)",
-            ));
+            )
+            .into());
         }
         let name_obj = t.get_item(0)?;
         let name: String = name_obj.extract().map_err(|_| {
@@ -207,14 +229,15 @@ fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
                         Some(n) => DType::Padding(n.parse().map_err(|_| {
                             PyValueError::new_err(format!("bad padding type {s:?}"))
                         })?),
-                        None => DType::parse(s).or_py(py)?,
+                        None => DType::parse(s).map_err(DescrError::Store)?,
                     }
                 }
-                // A named field's type: a refusal names the field.
-                Ok(s) => DType::parse(s.to_str()?)
-                    .map_err(|e| e.in_field(&name))
-                    .or_py(py)?,
-                _ => dtype_from_py(&ty)?,
+                // A named field's type, or a nested structure: a refusal names
+                // the field (and, from a nested one, the path to it).
+                _ => descr_from_py(&ty).map_err(|e| match e {
+                    DescrError::Store(e) => DescrError::Store(e.in_field(&name)),
+                    py_err => py_err,
+                })?,
             };
         fields.push(Field { name, dtype, shape });
     }

@@ -256,3 +256,20 @@ def test_a_subarray_dtype_says_how_to_store_it():
         DenseStore("a", np.dtype(("<f4", (3,))), (2,))
     with pytest.raises(UnsupportedDType, match=r"field \"name\": string dtypes"):
         DenseStore("b", np.dtype([("x", "<f4"), ("name", "S3")]), (2,))
+
+
+@ours_only
+def test_a_refused_nested_field_is_named_by_its_path():
+    """A refusal inside a nested structure names the whole path to the
+    field, not only its innermost name; nothing is created."""
+    from loaderx.zrecord import UnsupportedDType
+    inner = [("c", "<i4"), ("when", "<M8[ns]")]
+    with pytest.raises(UnsupportedDType, match=r'field "outer\.when": datetime64'):
+        DenseStore("a", np.dtype([("x", "<f4"), ("outer", inner)]), (2,))
+    deep = [("top", [("mid", [("name", "S3")])])]
+    with pytest.raises(UnsupportedDType, match=r'field "top\.mid\.name": string'):
+        RaggedStore("b", np.dtype(deep))
+    with pytest.raises(ValueError, match=r"object dtypes cannot be persisted \(field 'top\.obj'\)"):
+        DenseStore("c", np.dtype([("top", [("n", "<i4"), ("obj", "O")])]), (2,))
+    import os
+    assert not any(os.path.exists(p) for p in ("a", "b", "c"))

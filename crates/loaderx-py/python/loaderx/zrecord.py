@@ -137,9 +137,21 @@ def _out_problem(out, shape, dtype):
     return None
 
 
+def _object_field(dtype, path=()):
+    """The dotted path to the first object-holding field of a structured
+    ``dtype`` ('' when the dtype itself is one)."""
+    for name in dtype.names or ():
+        sub = dtype.fields[name][0]
+        if sub.hasobject:
+            return _object_field(sub.base, path + (name,))
+    return ".".join(path)
+
+
 def _check_dtype(dtype):
     if dtype.hasobject:
-        raise ValueError("object dtypes cannot be persisted")
+        field = _object_field(dtype)
+        where = f" (field {field!r})" if field else ""
+        raise ValueError(f"object dtypes cannot be persisted{where}")
     if dtype.subdtype is not None:
         base, shape = dtype.subdtype
         raise UnsupportedDType(
