@@ -321,6 +321,36 @@ fn with_read<T: Send + Sync, R: Send>(
     out.ok_or_else(|| closed(py))
 }
 
+/// Runs a store operation that does I/O on the handle in `lock`, shared,
+/// with the GIL released for the wait and the work.
+fn read_detached<T: Send + Sync, R: Send>(
+    py: Python<'_>,
+    lock: &RwLock<Option<T>>,
+    f: impl FnOnce(&T) -> zrecord::Result<R> + Send,
+) -> PyResult<R> {
+    py.detach(|| {
+        let g = lock.read().unwrap_or_else(|p| p.into_inner());
+        g.as_ref().map(f)
+    })
+    .ok_or_else(|| closed(py))?
+    .or_py(py)
+}
+
+/// [`read_detached`] for an operation that changes the store (it waits for
+/// every gather on this handle to finish).
+fn write_detached<T: Send + Sync, R: Send>(
+    py: Python<'_>,
+    lock: &RwLock<Option<T>>,
+    f: impl FnOnce(&mut T) -> zrecord::Result<R> + Send,
+) -> PyResult<R> {
+    py.detach(|| {
+        let mut g = lock.write().unwrap_or_else(|p| p.into_inner());
+        g.as_mut().map(f)
+    })
+    .ok_or_else(|| closed(py))?
+    .or_py(py)
+}
+
 /// Closes the handle in `lock` with `close` (GIL released: it syncs
 /// deferred appends, closes files and releases the store lock). A closed
 /// handle closes again as a no-op.
@@ -405,13 +435,7 @@ impl PyDenseCore {
                 .cast::<u8>();
             std::slice::from_raw_parts_mut(data, bytes)
         };
-        let lock = &self.core;
-        py.detach(|| {
-            let g = lock.read().unwrap_or_else(|p| p.into_inner());
-            g.as_ref().map(|c| c.gather_bytes_into(idxs, dst))
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)?;
+        read_detached(py, &self.core, |c| c.gather_bytes_into(idxs, dst))?;
         Ok(out)
     }
 }
@@ -495,13 +519,7 @@ impl PyDenseCore {
     /// Appends whole records given as C-order bytes; returns the first index.
     fn append(&self, py: Python<'_>, src: PyReadonlyArray1<'_, u8>) -> PyResult<u64> {
         let data = src.as_slice()?;
-        let lock = &self.core;
-        py.detach(|| {
-            let g = lock.read().unwrap_or_else(|p| p.into_inner());
-            g.as_ref().map(|c| c.append_bytes(data))
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
+        read_detached(py, &self.core, |c| c.append_bytes(data))
     }
 
     /// Record `i` as a new array of `dtype` shaped `item_shape` (GIL
@@ -540,13 +558,7 @@ impl PyDenseCore {
     ) -> PyResult<()> {
         let idxs = idxs.as_slice()?;
         let dst = out.as_slice_mut()?;
-        let lock = &self.core;
-        py.detach(|| {
-            let g = lock.read().unwrap_or_else(|p| p.into_inner());
-            g.as_ref().map(|c| c.gather_bytes_into(idxs, dst))
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
+        read_detached(py, &self.core, |c| c.gather_bytes_into(idxs, dst))
     }
 
     /// Gathers the records at `idxs` into a pooled region (GIL released)
@@ -599,33 +611,15 @@ impl PyDenseCore {
 
     fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
         let idxs = idxs.as_slice()?;
-        let lock = &self.core;
-        py.detach(|| {
-            let mut g = lock.write().unwrap_or_else(|p| p.into_inner());
-            g.as_mut().map(|c| c.delete(idxs))
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
+        write_detached(py, &self.core, |c| c.delete(idxs))
     }
 
     fn compact(&self, py: Python<'_>) -> PyResult<()> {
-        let lock = &self.core;
-        py.detach(|| {
-            let mut g = lock.write().unwrap_or_else(|p| p.into_inner());
-            g.as_mut().map(|c| c.compact())
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
+        write_detached(py, &self.core, |c| c.compact())
     }
 
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        let lock = &self.core;
-        py.detach(|| {
-            let g = lock.read().unwrap_or_else(|p| p.into_inner());
-            g.as_ref().map(|c| c.sync())
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
+        read_detached(py, &self.core, |c| c.sync())
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -784,17 +778,11 @@ impl PyRaggedCore {
     /// The records at `idxs`, gathered with the GIL released, and the
     /// store's path (for messages).
     fn gather_batch(&self, py: Python<'_>, idxs: &[u64]) -> PyResult<(RaggedBatch, PathBuf)> {
-        let lock = &self.core;
-        py.detach(|| {
-            let g = lock.read().unwrap_or_else(|p| p.into_inner());
-            g.as_ref().map(|c| {
-                let mut batch = RaggedBatch::new();
-                c.gather_into(idxs, &mut batch)
-                    .map(|()| (batch, c.path().to_path_buf()))
-            })
+        read_detached(py, &self.core, |c| {
+            let mut batch = RaggedBatch::new();
+            c.gather_into(idxs, &mut batch)
+                .map(|()| (batch, c.path().to_path_buf()))
         })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
     }
 
     fn with<R: Send>(
@@ -894,20 +882,14 @@ impl PyRaggedCore {
             }
             ranges.push((a, b));
         }
-        let lock = &self.core;
-        py.detach(|| {
-            let g = lock.read().unwrap_or_else(|p| p.into_inner());
-            g.as_ref().map(|c| {
-                c.append_records(
-                    shapes
-                        .iter()
-                        .zip(&ranges)
-                        .map(|(s, &(a, b))| (s.as_slice(), &data[a..b])),
-                )
-            })
+        read_detached(py, &self.core, |c| {
+            c.append_records(
+                shapes
+                    .iter()
+                    .zip(&ranges)
+                    .map(|(s, &(a, b))| (s.as_slice(), &data[a..b])),
+            )
         })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
     }
 
     /// Gathers the records at `idxs` (GIL released for the gather) and
@@ -988,33 +970,15 @@ impl PyRaggedCore {
 
     fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
         let idxs = idxs.as_slice()?;
-        let lock = &self.core;
-        py.detach(|| {
-            let mut g = lock.write().unwrap_or_else(|p| p.into_inner());
-            g.as_mut().map(|c| c.delete(idxs))
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
+        write_detached(py, &self.core, |c| c.delete(idxs))
     }
 
     fn compact(&self, py: Python<'_>) -> PyResult<()> {
-        let lock = &self.core;
-        py.detach(|| {
-            let mut g = lock.write().unwrap_or_else(|p| p.into_inner());
-            g.as_mut().map(|c| c.compact())
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
+        write_detached(py, &self.core, |c| c.compact())
     }
 
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        let lock = &self.core;
-        py.detach(|| {
-            let g = lock.read().unwrap_or_else(|p| p.into_inner());
-            g.as_ref().map(|c| c.sync())
-        })
-        .ok_or_else(|| closed(py))?
-        .or_py(py)
+        read_detached(py, &self.core, |c| c.sync())
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
