@@ -212,11 +212,12 @@ impl Batch {
     /// ragged or its dtype is not `T`'s.
     pub fn dense<T: Element>(&self, name: &str) -> Result<ArrayViewD<'_, T>> {
         let (i, col) = self.column(name)?;
-        let asked = || format!("a dense stream of {}", T::dtype().to_numpy_str());
+        let want = DType::of::<T>().map_err(|e| self.wrong(i, e.to_string()))?;
+        let asked = || format!("a dense stream of {}", want.to_numpy_str());
         let Column::Dense { buf, shape } = col else {
             return Err(self.wrong(i, asked()));
         };
-        if self.layout.streams[i].dtype() != &T::dtype() {
+        if self.layout.streams[i].dtype() != &want {
             return Err(self.wrong(i, asked()));
         }
         let data: &[T] = bytemuck::try_cast_slice(buf).map_err(|_| self.wrong(i, asked()))?;
@@ -240,11 +241,12 @@ impl Batch {
     /// dense or its dtype is not `T`'s.
     pub fn ragged<T: Element>(&self, name: &str) -> Result<Vec<ArrayViewD<'_, T>>> {
         let (i, col) = self.column(name)?;
-        let asked = || format!("a ragged stream of {}", T::dtype().to_numpy_str());
+        let want = DType::of::<T>().map_err(|e| self.wrong(i, e.to_string()))?;
+        let asked = || format!("a ragged stream of {}", want.to_numpy_str());
         let Column::Ragged(r) = col else {
             return Err(self.wrong(i, asked()));
         };
-        if self.layout.streams[i].dtype() != &T::dtype() {
+        if self.layout.streams[i].dtype() != &want {
             return Err(self.wrong(i, asked()));
         }
         (0..r.len())

@@ -134,6 +134,30 @@ pub struct Field {
 }
 
 impl DType {
+    /// `T`'s dtype, checked against `T` itself: every typed store, batch and
+    /// `.npy` reader goes through this, so an [`Element`] impl whose
+    /// `dtype()` does not describe the type (a `[f32; 2]` newtype declared as
+    /// `f32`) is an error here rather than a panic or miscounted records
+    /// later.
+    ///
+    /// ```
+    /// use zrecord::DType;
+    /// assert_eq!(DType::of::<f32>().unwrap().to_numpy_str(), "<f4");
+    /// ```
+    pub fn of<T: Element>() -> Result<DType> {
+        let dt = T::dtype();
+        let size = std::mem::size_of::<T>();
+        if dt.itemsize() != size {
+            return Err(Error::invalid(format!(
+                "the Element impl of {} says its dtype is {dt} ({} bytes an item), \
+                 but the type is {size} bytes",
+                std::any::type_name::<T>(),
+                dt.itemsize()
+            )));
+        }
+        Ok(dt)
+    }
+
     /// Scalar helper with the order normalized for one-byte types.
     pub fn scalar(kind: ScalarKind, size: usize, order: ByteOrder) -> Result<DType> {
         if !kind.valid_size(size) {
@@ -947,6 +971,12 @@ fn check_fields(
 }
 
 /// A Rust type whose values are stored as one fixed dtype, in native order.
+///
+/// Your own `Pod` types can be elements too (a `#[repr(C)]` struct for a
+/// structured dtype): override `dtype()` (then `KIND`, which only the
+/// default `dtype()` reads, can be anything). It must describe exactly
+/// `size_of::<Self>()` bytes, which every store, batch and reader checks
+/// ([`DType::of`]).
 ///
 /// Implemented for `i8`..`i64`, `u8`..`u64`, `f32`, `f64`, [`half::f16`],
 /// [`Bool`] (NumPy `b1`) and [`Complex<f32>`] / [`Complex<f64>`] (NumPy `c8` /

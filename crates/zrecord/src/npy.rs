@@ -90,10 +90,11 @@ pub struct NpyArray {
 impl NpyArray {
     /// Converts to a typed array when `T`'s dtype equals this array's.
     pub fn into_typed<T: Element>(self) -> Result<ArrayD<T>> {
-        if T::dtype() != self.dtype {
+        let want = DType::of::<T>()?;
+        if want != self.dtype {
             return Err(Error::DTypeMismatch {
                 context: "npy array".into(),
-                expected: T::dtype().to_string(),
+                expected: want.to_string(),
                 found: self.dtype.to_string(),
             });
         }
@@ -693,10 +694,11 @@ fn check_dtype<T: Element>(path: &Path, h: &NpyHeader) -> Result<()> {
 }
 
 fn check_native<T: Element>(path: &Path, dtype: &DType) -> Result<()> {
-    if dtype.to_native() != T::dtype() {
+    let want = DType::of::<T>()?;
+    if dtype.to_native() != want {
         return Err(Error::DTypeMismatch {
             context: path.display().to_string(),
-            expected: T::dtype().to_string(),
+            expected: want.to_string(),
             found: dtype.to_string(),
         });
     }
@@ -1236,7 +1238,7 @@ pub fn write<T: Element, S: Data<Elem = T>, D: Dimension>(
     a: &ArrayBase<S, D>,
 ) -> Result<()> {
     let path = path.as_ref();
-    let header = header_bytes(&T::dtype(), a.shape(), false)?;
+    let header = header_bytes(&DType::of::<T>()?, a.shape(), false)?;
     let mut w = create(path)?;
     let io = |e| Error::io(path, e);
     w.write_all(&header).map_err(io)?;

@@ -54,7 +54,7 @@ use ndarray::Array2;
 use rayon::prelude::*;
 
 use crate::dense::DenseCore;
-use crate::dtype::Element;
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::import::{Imported, batch_rows_for};
 use zrecord_engine::CreateOptions;
@@ -1691,7 +1691,7 @@ pub fn import_to_store<T: TextFloat>(
             )));
         }
     };
-    let store = DenseCore::create(store_path, &T::dtype(), &[nout as u64], create)?;
+    let store = DenseCore::create(store_path, &DType::of::<T>()?, &[nout as u64], create)?;
     import_text(path, &text, &store, opts, batch_rows)?;
     Ok(store)
 }
