@@ -26,7 +26,10 @@
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use zrecord::{Codec, CreateOptions, DictSource, DictTier, RaggedBatch, RaggedStore, train_dict};
+use zrecord::{
+    Codec, CreateOptions, DictSource, DictTier, OpenOptions, RaggedBatch, RaggedStore, train_dict,
+};
+use zrecord_engine::{Engine, OpenMode};
 
 const N: usize = 100_000;
 const BATCH: usize = 256;
@@ -329,8 +332,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .core()
                 .append_records(recs.iter().map(|(s, b)| (&s[..], *b)))?;
         }
-        store.sync()?;
-        stores.push(store);
+        // Reopened read-only, so the payload-only diagnostic below can open
+        // the same files through a read-only engine of its own.
+        drop(store);
+        stores.push(RaggedStore::<i32>::open_with(
+            &path,
+            &OpenOptions::read_only(),
+        )?);
     }
     // `--profile raw|zstd|zstd_dict [batches]`: only gather_into on that store, a
     // fixed number of batches (for perf / callgrind), then exit.
@@ -458,14 +466,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|b| b.iter().map(|&i| 2 * i).collect())
             .collect();
+        let engine = Engine::open(store.core().path(), OpenMode::ReadOnly)?;
         let mut raw_out = vec![0u8; goffs.iter().map(|o| *o.last().unwrap()).max().unwrap()];
         let mut k = 0usize;
         let payload_only = measure(&batches, t, |_| {
             let j = k % batches.len();
             k += 1;
-            store
-                .core()
-                .engine()
+            engine
                 .gather_var(&phys[j], &mut raw_out, &goffs[j])
                 .unwrap();
             black_box(&raw_out);

@@ -62,6 +62,20 @@ pub enum Error {
     /// A caller-supplied argument is inconsistent.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A gather was told a record's length (`gather_fixed`'s record size, a
+    /// `gather_var` destination range), and the record's entry says another.
+    /// The caller's mistake, or, where a layer above keeps the lengths
+    /// itself (a dense store's fixed record size), a damaged entry: that
+    /// layer decides.
+    #[error("record {record} holds {stored} bytes, the gather asked for {asked}")]
+    RecordLength {
+        /// The record.
+        record: u64,
+        /// Its length by its entry in the `.loc` file.
+        stored: u64,
+        /// The length the caller gave.
+        asked: u64,
+    },
     /// A write operation on a read-only handle.
     #[error("store {path} is open read-only")]
     ReadOnly {

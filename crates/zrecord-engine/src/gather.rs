@@ -79,14 +79,11 @@ impl Engine {
             if l.logic_length as usize == record_bytes {
                 Ok(())
             } else {
-                Err(Error::corrupted_record(
-                    self.loc_path(i),
-                    i,
-                    format!(
-                        "decodes to {} bytes, expected {record_bytes}",
-                        l.logic_length
-                    ),
-                ))
+                Err(Error::RecordLength {
+                    record: i,
+                    stored: l.logic_length.into(),
+                    asked: record_bytes as u64,
+                })
             }
         })?;
         let mut slices: Vec<&mut [u8]> = dst.chunks_mut(record_bytes).collect();
@@ -117,10 +114,11 @@ impl Engine {
             if l.logic_length as usize == want {
                 Ok(())
             } else {
-                Err(Error::InvalidArgument(format!(
-                    "record {i} decodes to {} bytes, but destination range {k} holds {want}",
-                    l.logic_length
-                )))
+                Err(Error::RecordLength {
+                    record: i,
+                    stored: l.logic_length.into(),
+                    asked: want as u64,
+                })
             }
         })?;
         let mut slices = carve(&mut dst[offsets[0]..], offsets);

@@ -289,3 +289,44 @@ fn foreign_files_are_ignored_on_open() {
     fs::write(d.path().join("7.chunk"), b"stale").unwrap();
     assert_eq!(open(d.path(), &cfg).unwrap().len(), 12);
 }
+
+/// Review finding: a `gather_fixed` record size that is not the records'
+/// was reported as a corrupted `.loc`. It is the caller's size against the
+/// entry's: `RecordLength`, naming both, for `gather_var` ranges too.
+#[test]
+fn a_gather_told_the_wrong_record_length_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::create(dir.path(), &options(Codec::Zstd)).unwrap();
+    e.append_fixed(&[7u8; 8], 4).unwrap();
+    let mut out = [0u8; 16];
+    let err = e.gather_fixed(&[0, 1], 8, &mut out).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::RecordLength {
+                record: 0,
+                stored: 4,
+                asked: 8
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "record 0 holds 4 bytes, the gather asked for 8"
+    );
+    let err = e.gather_var(&[1, 0], &mut out, &[0, 4, 10]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::RecordLength {
+                record: 0,
+                stored: 4,
+                asked: 6
+            }
+        ),
+        "{err:?}"
+    );
+    e.gather_fixed(&[1, 0], 4, &mut out[..8]).unwrap();
+    assert_eq!(out[..8], [7u8; 8]);
+}

@@ -225,11 +225,11 @@ fn bad_arguments_are_rejected_before_any_io() {
     ));
     assert!(matches!(
         e.gather_fixed(&[0, 1], 2, &mut out[..4]),
-        Err(Error::Corrupted { .. })
+        Err(Error::RecordLength { .. })
     ));
     assert!(matches!(
         e.gather_var(&[0], &mut out, &[0, 5]),
-        Err(Error::InvalidArgument(_))
+        Err(Error::RecordLength { .. })
     ));
     let mut lens = [0u64; 1];
     assert!(matches!(

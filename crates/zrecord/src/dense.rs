@@ -231,7 +231,21 @@ impl DenseCore {
             )));
         }
         self.check_range(indices)?;
-        Ok(self.engine.gather_fixed(indices, self.record_bytes, dst)?)
+        self.engine
+            .gather_fixed(indices, self.record_bytes, dst)
+            .map_err(|e| match e {
+                // Every record of a dense store has the store's size: an
+                // entry that says otherwise is damage, not a caller's error.
+                zrecord_engine::Error::RecordLength { record, stored, .. } => Error::Corrupted {
+                    path: self.path().to_path_buf(),
+                    index: record,
+                    detail: format!(
+                        "its entry in the .loc file says {stored} bytes, the store's records are {}",
+                        self.record_bytes
+                    ),
+                },
+                e => e.into(),
+            })
     }
 
     fn check_range(&self, indices: &[u64]) -> Result<()> {
@@ -310,9 +324,11 @@ impl DenseCore {
         self.engine.stats()
     }
 
-    /// The byte engine underneath (escape hatch).
-    pub fn engine(&self) -> &Engine {
-        &self.engine
+    /// The zstd level appends through this handle compress at (0 for a raw
+    /// store): the one given at creation or open, else the format's (3, or
+    /// 19 with a dictionary). Not stored with the store.
+    pub fn level(&self) -> i32 {
+        self.engine.level()
     }
 }
 
@@ -344,7 +360,7 @@ impl<T: Element> DenseStore<T> {
         opts: &CreateOptions,
     ) -> Result<Self> {
         Ok(DenseStore {
-            core: DenseCore::create(path, &T::dtype(), item_shape, opts)?,
+            core: DenseCore::create(path, &DType::of::<T>()?, item_shape, opts)?,
             _t: PhantomData,
         })
     }
@@ -362,10 +378,11 @@ impl<T: Element> DenseStore<T> {
 
     /// Wraps an untyped core whose dtype is `T`'s.
     pub fn from_core(core: DenseCore) -> Result<Self> {
-        if *core.dtype() != T::dtype() {
+        let want = DType::of::<T>()?;
+        if *core.dtype() != want {
             return Err(Error::DTypeMismatch {
                 context: store::context(core.path()),
-                expected: T::dtype().to_string(),
+                expected: want.to_string(),
                 found: core.dtype().to_string(),
             });
         }

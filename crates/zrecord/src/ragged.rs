@@ -480,8 +480,16 @@ impl RaggedCore {
         s
     }
 
-    /// The byte engine underneath (escape hatch; it counts physical records).
-    pub fn engine(&self) -> &Engine {
+    /// The zstd level appends through this handle compress at (0 for a raw
+    /// store); see [`DenseCore::level`](crate::DenseCore::level).
+    pub fn level(&self) -> i32 {
+        self.engine.level()
+    }
+
+    /// The byte engine underneath (it counts physical records: payload and
+    /// shape pairs). Not public: a write through it that is not a pair makes
+    /// the store unreadable.
+    pub(crate) fn engine(&self) -> &Engine {
         &self.engine
     }
 }
@@ -575,7 +583,7 @@ impl RaggedBatch {
     /// Record `k` as a typed view, without copying. Errors if `T` is not the
     /// batch's dtype. Panics if `k >= len()`.
     pub fn view<T: Element>(&self, k: usize) -> Result<ArrayViewD<'_, T>> {
-        let dt = T::dtype();
+        let dt = DType::of::<T>()?;
         if self.dtype.as_ref() != Some(&dt) {
             return Err(Error::DTypeMismatch {
                 context: "ragged batch".into(),
@@ -619,7 +627,7 @@ impl<T: Element> RaggedStore<T> {
     /// Creates a ragged store of `T` records at `path`.
     pub fn create(path: impl AsRef<Path>, opts: &CreateOptions) -> Result<Self> {
         Ok(RaggedStore {
-            core: RaggedCore::create(path, &T::dtype(), opts)?,
+            core: RaggedCore::create(path, &DType::of::<T>()?, opts)?,
             _t: PhantomData,
         })
     }
@@ -636,10 +644,11 @@ impl<T: Element> RaggedStore<T> {
 
     /// Wraps an untyped core whose dtype is `T`'s.
     pub fn from_core(core: RaggedCore) -> Result<Self> {
-        if *core.dtype() != T::dtype() {
+        let want = DType::of::<T>()?;
+        if *core.dtype() != want {
             return Err(Error::DTypeMismatch {
                 context: store::context(core.path()),
-                expected: T::dtype().to_string(),
+                expected: want.to_string(),
                 found: core.dtype().to_string(),
             });
         }

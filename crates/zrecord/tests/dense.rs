@@ -326,11 +326,11 @@ fn a_level_given_at_open_applies_to_that_handles_appends() {
     let rows = Array2::from_shape_fn((8, 4096), |(i, j)| ((i * 7 + j / 5) % 13) as u8);
     drop(DenseStore::<u8>::create(&path, &[4096], &CreateOptions::new(Codec::Zstd)).unwrap());
     let s = DenseStore::<u8>::open_with(&path, &OpenOptions::default().level(1)).unwrap();
-    assert_eq!(s.core().engine().level(), 1);
+    assert_eq!(s.core().level(), 1);
     s.append(rows.view()).unwrap();
     drop(s);
     let s = DenseStore::<u8>::open(&path).unwrap();
-    assert_eq!(s.core().engine().level(), 3, "the level is not stored");
+    assert_eq!(s.core().level(), 3, "the level is not stored");
     assert_eq!(s.gather(..).unwrap(), rows.into_dyn());
     drop(s);
     // Refused where it cannot apply, with the reason.
@@ -537,4 +537,131 @@ fn an_open_during_anothers_creation_is_busy_not_broken() {
     meta.unlock().unwrap();
     let err = DenseCore::open(&p, &OpenOptions::default()).unwrap_err();
     assert!(err.to_string().contains("did not finish"), "{err}");
+}
+
+/// Two f32 in one element: a user type whose `Element` impl says `f32`.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+struct MisdeclaredPair([f32; 2]);
+// SAFETY: a transparent wrapper of `[f32; 2]`, which is Pod.
+unsafe impl bytemuck::Zeroable for MisdeclaredPair {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for MisdeclaredPair {}
+impl Element for MisdeclaredPair {
+    const KIND: zrecord::ScalarKind = zrecord::ScalarKind::Float;
+    fn dtype() -> DType {
+        f32::dtype()
+    }
+}
+
+/// A `#[repr(C)]` struct stored as the structured dtype it describes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Point {
+    x: f32,
+    id: i32,
+}
+// SAFETY: repr(C), two 4-byte Pod fields, no padding.
+unsafe impl bytemuck::Zeroable for Point {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for Point {}
+impl Element for Point {
+    const KIND: zrecord::ScalarKind = zrecord::ScalarKind::Int; // unread: dtype() is given
+    fn dtype() -> DType {
+        DType::Structured(vec![
+            zrecord::Field {
+                name: "x".into(),
+                dtype: f32::dtype(),
+                shape: vec![],
+            },
+            zrecord::Field {
+                name: "id".into(),
+                dtype: i32::dtype(),
+                shape: vec![],
+            },
+        ])
+    }
+}
+
+#[test]
+fn an_element_whose_dtype_does_not_describe_its_type_is_refused_everywhere() {
+    let dir = tmp();
+    // Before: an `<f4` store with item_shape [4] opened as `DenseStore<Pair>`,
+    // then a gather panicked and an append of 2 rows wrote 4 records.
+    let p = dir.path().join("f4");
+    DenseStore::<f32>::create(&p, &[4], &CreateOptions::new(Codec::Raw))
+        .unwrap()
+        .append(Array2::<f32>::zeros((3, 4)).view())
+        .unwrap();
+    let why = |e: Error| {
+        let m = e.to_string();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{m}");
+        assert!(
+            m.contains("MisdeclaredPair") && m.contains("8 bytes"),
+            "{m}"
+        );
+    };
+    why(DenseStore::<MisdeclaredPair>::open(&p).err().unwrap());
+    why(DenseStore::<MisdeclaredPair>::create(
+        dir.path().join("new"),
+        &[2],
+        &CreateOptions::new(Codec::Raw),
+    )
+    .err()
+    .unwrap());
+    why(RaggedStore::<MisdeclaredPair>::create(
+        dir.path().join("r"),
+        &CreateOptions::new(Codec::Raw),
+    )
+    .err()
+    .unwrap());
+    why(DType::of::<MisdeclaredPair>().unwrap_err());
+    assert!(!dir.path().join("new").exists() && !dir.path().join("r").exists());
+    assert_eq!(DenseStore::<f32>::open(&p).unwrap().len(), 3);
+}
+
+#[test]
+fn a_repr_c_struct_is_an_element_of_its_structured_dtype() {
+    let dir = tmp();
+    let s =
+        DenseStore::<Point>::create(dir.path().join("p"), &[2], &CreateOptions::new(Codec::Raw))
+            .unwrap();
+    let pts = Array2::from_shape_fn((3, 2), |(i, j)| Point {
+        x: i as f32 + 0.5,
+        id: (10 * i + j) as i32,
+    });
+    s.append(pts.view()).unwrap();
+    drop(s);
+    let s = DenseStore::<Point>::open(dir.path().join("p")).unwrap();
+    assert_eq!(s.core().dtype().descr(), "[('x', '<f4'), ('id', '<i4')]");
+    let got = s.gather(&[2i64, 0]).unwrap();
+    assert_eq!(got[[0, 1]], pts[[2, 1]]);
+    assert_eq!(got[[1, 0]], pts[[0, 0]]);
+}
+
+#[test]
+fn an_entry_whose_length_is_not_the_record_size_is_a_corrupted_record() {
+    let dir = tmp();
+    let p = dir.path().join("d");
+    let s = DenseStore::<u8>::create(&p, &[16], &CreateOptions::new(Codec::Zstd)).unwrap();
+    s.append(Array2::<u8>::from_elem((3, 16), 9).view())
+        .unwrap();
+    drop(s);
+    // Record 1's logic_length (bytes 8..12 of its 16-byte entry) says 15.
+    let loc = p.join("0.loc");
+    let mut b = std::fs::read(&loc).unwrap();
+    b[16 + 8..16 + 12].copy_from_slice(&15u32.to_le_bytes());
+    std::fs::write(&loc, b).unwrap();
+    let s = match DenseStore::<u8>::open(&p) {
+        Ok(s) => s,
+        Err(e) => panic!("the damage is one record's, the store opens: {e}"),
+    };
+    assert_eq!(s.gather(&[0i64, 2]).unwrap().len(), 32);
+    let e = s.gather(&[2i64, 1]).unwrap_err();
+    let m = e.to_string();
+    assert!(matches!(e, Error::Corrupted { index: 1, .. }), "{m}");
+    assert!(
+        m.contains("says 15 bytes, the store's records are 16"),
+        "{m}"
+    );
 }
