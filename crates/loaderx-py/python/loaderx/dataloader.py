@@ -573,10 +573,14 @@ class DataLoader:
     def __next__(self):
         # A raised failure's traceback keeps this frame: it must not hold
         # the loader, or the loader, its pipeline and the stored failure
-        # would form a cycle that only the cyclic collector frees.
-        pipeline = self._pipeline
-        del self
-        return pipeline.next()
+        # would form a cycle that only the cyclic collector frees. So `self`
+        # is dropped from the frame once the step is done, not before: a
+        # temporary loader (`DataLoader(...).__next__()`) has no other
+        # reference, and dropping it first closed it mid-step.
+        try:
+            return self._pipeline.next()
+        finally:
+            del self
 
     def __enter__(self):
         return self

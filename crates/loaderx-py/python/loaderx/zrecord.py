@@ -49,7 +49,7 @@ __all__ = [
     "DenseStore", "RaggedStore", "ZrecordError", "DICT_TIERS",
     "StoreBusy", "StoreNotFound", "IndexOutOfRange", "KindMismatch",
     "ReadOnlyStore", "StoreClosed", "CorruptRecord", "InvalidStore",
-    "UnsupportedDType",
+    "UnsupportedDType", "InvalidIndex",
 ]
 
 MAX_RECORD_LEN = _native.MAX_RECORD_LEN
@@ -161,6 +161,13 @@ def _check_dtype(dtype):
         )
 
 
+class InvalidIndex(TypeError, IndexError):
+    """An object that is no kind of record index (``None``, a string, a
+    complex number, a tuple with a slice in it). A ``TypeError``, as
+    loaderx 1.7.2 raised there (and as Python's sequences do), and an
+    ``IndexError`` as well, like every other index refusal here."""
+
+
 def _integral(idxs, where=""):
     """Float arrays of whole numbers, and object arrays of Python / NumPy
     integers (what pandas hands out), as int64 indices, since loaderx 1.7.2
@@ -179,7 +186,7 @@ def _integral(idxs, where=""):
         return idxs.astype(np.int64)
     for v in idxs.flat:
         if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
-            raise IndexError(
+            raise InvalidIndex(
                 f"record index {v!r} ({type(v).__name__}) is not an integer"
             )
     try:
@@ -205,9 +212,9 @@ class _Base:
                 f"unknown durability {durability!r}, expected one of {list(DURABILITIES)}"
             )
         self.durability = durability
-        if codec is not None and not codec:
-            codec = None  # '' or 0: the default, as in loaderx 1.7.2
-        if codec is not None and codec not in CODECS:
+        # '' or 0 creates a store of the default codec (`codec or "zstd"`,
+        # as loaderx 1.7.2 does), and reopening with one is a mismatch.
+        if codec is not None and codec and codec not in CODECS:
             raise UnknownCodec(
                 f"unknown codec {codec!r}, expected one of {list(CODECS)}"
             )
@@ -379,7 +386,7 @@ class _Base:
             if got is not None:
                 return got
         if isinstance(idx, (str, bytes)):
-            raise IndexError(
+            raise InvalidIndex(
                 "only integers, slices, integer arrays and boolean masks are "
                 f"valid record indices, got {type(idx).__name__} {idx!r}"
             )
@@ -396,7 +403,7 @@ class _Base:
         if idxs.dtype.kind in "fO":
             idxs = _integral(idxs, f"{self.path}: ")
         if idxs.dtype.kind not in "iu":
-            raise IndexError(
+            raise InvalidIndex(
                 "only integers, slices, integer arrays and boolean masks are "
                 f"valid record indices, got an array of {idxs.dtype}"
             )
@@ -587,7 +594,10 @@ class RaggedStore(_Base):
         """Pack records into ``(payload uint8, byte offsets, shapes)``."""
         bufs, shapes = [], []
         for k, record in enumerate(records):
-            if isinstance(record, (bytes, bytearray, memoryview)):
+            # bytes are raw uint8 records (an extension); a memoryview is an
+            # array like any other, its format and shape kept, as in
+            # loaderx 1.7.2.
+            if isinstance(record, (bytes, bytearray)):
                 if self.dtype != np.dtype(np.uint8):
                     raise ValueError(
                         f"{self.path}: record {k} of the batch is bytes (uint8), but the store holds {self.dtype}"

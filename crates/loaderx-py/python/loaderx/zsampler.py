@@ -15,6 +15,8 @@ while ``step * batch_size < 2**64``.
 
 import operator
 
+import numpy as np
+
 from . import _native
 
 __all__ = ["Sampler"]
@@ -24,6 +26,8 @@ def _u64(value, name):
     """``value`` as an int in ``[0, 2**64)``; the exception types are the
     reference's (TypeError, OverflowError), the message names ``name``."""
     try:
+        if isinstance(value, (bool, np.bool_)):  # an int to operator.index
+            raise TypeError
         v = operator.index(value)
     except TypeError:
         raise TypeError(

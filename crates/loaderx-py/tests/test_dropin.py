@@ -1,0 +1,76 @@
+"""Behaviour a differential test against loaderx 1.7.2 found to differ
+(random call sequences run in both packages, results and exception types
+compared). Every test here runs on both packages
+(``LOADERX_SUITE=ref <ref python> -m pytest tests`` runs them on the
+reference), so they pin the reference's behaviour, not ours alone."""
+
+import numpy as np
+import pytest
+
+from loaderx.dataloader import DataLoader
+from loaderx.zrecord import DenseStore, RaggedStore
+from loaderx.zsampler import Sampler
+
+from conftest import ours_only
+
+
+def test_next_on_a_temporary_loader_returns_its_batch():
+    """Ours closed a loader with no other reference in the middle of its own
+    ``__next__`` ("the DataLoader is closed")."""
+    with DenseStore("d", np.int32, (2,)) as ds:
+        ds.append(np.arange(12, dtype=np.int32).reshape(6, 2))
+        batch = DataLoader({"a": ds}, batch_size=3, mode=0).__next__()
+        np.testing.assert_array_equal(batch["a"], np.arange(6, dtype=np.int32).reshape(3, 2))
+
+
+def test_a_memoryview_record_is_an_array_of_its_own_format():
+    """A memoryview keeps its format and shape, as ``np.asarray`` reads
+    it: ours took every memoryview as raw bytes, so a uint16 view went
+    into a uint8 store as twice the bytes, and a float32 view was refused by
+    a float32 store."""
+    with RaggedStore("f", np.float32) as rs:
+        rs.append([memoryview(np.ones((2, 3), np.float32))])
+        got = rs[0]
+        assert got.shape == (2, 3) and got.dtype == np.float32
+    with RaggedStore("u", np.uint8) as rs:
+        with pytest.raises(ValueError):
+            rs.append([memoryview(np.arange(3, dtype=np.uint16))])
+        assert len(rs) == 0
+
+
+@pytest.mark.parametrize("codec", ["", 0, False])
+def test_a_falsy_codec_creates_the_default_and_does_not_match_on_reopen(codec):
+    with DenseStore("d", np.uint8, (4,), codec=codec) as ds:
+        assert ds.codec == "zstd"
+        ds.append(np.zeros((1, 4), np.uint8))
+    with pytest.raises(ValueError):
+        DenseStore("d", codec=codec)
+    with DenseStore("d", codec="zstd") as ds:
+        assert len(ds) == 1
+
+
+@pytest.mark.parametrize("idx", [None, "a", object(), (slice(None), 0)],
+                         ids=["None", "str", "object", "tuple-with-slice"])
+def test_an_object_that_is_no_index_is_a_type_error(idx):
+    with DenseStore("d", np.uint8, (4,)) as ds:
+        ds.append(np.zeros((3, 4), np.uint8))
+        with pytest.raises(TypeError):
+            ds[idx]
+
+
+@ours_only
+def test_a_complex_index_is_refused_not_cast():
+    """loaderx 1.7.2 casts ``1j`` to 0 with a ComplexWarning; ours refuses
+    it (stricter), with the same exception types as any other non-index."""
+    from loaderx.zrecord import InvalidIndex
+    with DenseStore("d", np.uint8, (4,)) as ds:
+        ds.append(np.zeros((3, 4), np.uint8))
+        for idx in (1j, np.array([1 + 0j]), [None]):
+            with pytest.raises(InvalidIndex) as info:
+                ds[idx]
+            assert isinstance(info.value, TypeError) and isinstance(info.value, IndexError)
+
+
+def test_a_bool_is_not_a_batch_size():
+    with pytest.raises(TypeError):
+        Sampler(10, True, 0)

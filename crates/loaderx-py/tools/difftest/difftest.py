@@ -1,0 +1,1195 @@
+#!/usr/bin/env python3
+"""Differential tester: loaderx 1.7.2 (reference, Zig+Python) vs ours (Rust+PyO3).
+
+    python3 difftest.py --ref REF_PY --ours OURS_PY [--ours-path DIR]
+        [--out DIR] [--n N] [--seed S] [--only KIND] [--cross N] [--no-hand]
+
+For example, from the repository root, with the dev wheel installed by
+scripts/py-test.sh:
+
+    python3 crates/loaderx-py/tools/difftest/difftest.py \
+        --ref "$(bash scripts/ref-venv.sh)" --ours target/py-venv/bin/python --n 600
+
+Not part of the test suite (a run of 600 programs takes minutes, and the
+differences it is meant to find are new ones): the ones it found, and
+what was done about each, are in docs/compatibility.md; tests/test_dropin.py
+pins the fixed ones in both packages.
+
+Generates random programs (sequences of Python steps against the public API),
+runs each in both implementations (separate processes, each on its own temp
+dir; see runner.py), plus cross-read programs (a store written by one side,
+read and appended to by the other), plus hand-written edge cases, and
+compares per step: value encodings (dtype, shape, bytes sha, flags),
+exception type compatibility (ours must raise an instance of the reference's
+class, by name along the MRO), raise vs. no-raise, crashes and hangs.
+Writes report.txt / report.json into --out.
+
+Step prefixes: "#shape\\n" compares arrays without their bytes (IID/cyclic
+index streams differ by design); "#info\\n" records the pair, never a
+mismatch; "#noval\\n" compares only raise/no-raise and exception types.
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Set from the command line in main().
+REF_PY = OURS_PY = OURS_PATH = WORK = OUT = None
+RUNNER = os.path.join(HERE, "runner.py")
+STALL_S = 25  # no progress for this long: a hang
+
+# ---------------------------------------------------------------- generators
+
+# (code, numpy dtype string for data, category)
+DTYPES = [
+    ("np.float32", "<f4"), ("'float32'", "<f4"), ("np.dtype('float32')", "<f4"),
+    ("'<f4'", "<f4"), ("np.uint8", "|u1"), ("'u1'", "|u1"), ("np.int64", "<i8"),
+    ("'>i4'", ">i4"), ("'>f8'", ">f8"), ("np.bool_", "|b1"), ("bool", "|b1"),
+    ("float", "<f8"), ("int", "<i8"), ("np.float16", "<f2"), ("np.complex64", "<c8"),
+    ("np.int16", "<i2"), ("'=u4'", "<u4"), ("np.uint64", "<u8"),
+    ("np.dtype([('x','<f4'),('y','<i2')])", "S1"),
+    ("np.dtype([('x','u1'),('y','<f8')], align=True)", "S2"),
+    ("np.dtype([('p',[('a','u1'),('b','>i4')]),('q','<f2')])", "S3"),
+    ("np.dtype({'names':['a','b'],'formats':['u1','<i4'],'offsets':[0,8],'itemsize':16})", "S4"),
+    ("np.dtype([('x','<f4',(2,)),('y','u1')])", "S5"),
+    ("np.dtype([(('title', 'x'),'<f4'),('y','u1')])", "S6"),
+    ("np.dtype([('\u00e9t\u00e9','>f8',(2,3)),('n',[('m','<i2',(2,))])])", "S7"),
+    ("np.dtype([('a','?'),('b','<c8'),('c','<f2')])", "S8"),
+    ("np.dtype('>c16')", ">c16"), ("np.dtype('<f2')", "<f2"), ("np.int8", "|i1"),
+]
+RARE_DTYPES = [("'U3'", "U"), ("'S4'", "S"), ("'M8[ns]'", "M"), ("np.longdouble", "g"),
+               ("object", "O"), ("np.dtype(('<f4',(2,)))", "sub"), ("'V4'", "V"),
+               ("'m8[s]'", "m")]
+
+SHAPES = [("()", ()), ("(3,)", (3,)), ("[2, 3]", (2, 3)), ("(2.0,)", (2,)),
+          ("np.array([2, 2])", (2, 2)), ("(1, 1, 2)", (1, 1, 2)), ("(np.int64(4),)", (4,)),
+          ("(5,)", (5,)), ("range(1, 3)", (1, 2))]
+BAD_SHAPES = ["4", "(0,)", "(-1,)", "(2.5,)", "('3',)", "(True,)", "None", "(3, 0)", "'ab'"]
+
+
+def rint(rng, lo, hi):
+    return rng.randint(lo, hi)
+
+
+ODD_INDEX = ['2.0', '2.5', '-1.0', 'None', repr('a'), '2**70', '-2**70', 'np.array([])', '[]',
+             'range(0, 3)', '...', 'True', 'False', 'np.array(3)', '[np.int64(1), 2]', '[1.0, 2.0]',
+             'np.arange(6)[::2]', '(1,)', '()', 'np.float64(1.0)', 'np.array([1, 2], dtype=object)',
+             'np.array([], dtype=np.int64)', 'np.array([], dtype=bool)', '[[0, 1], [1, 0]]',
+             'np.array([2**64 - 1], dtype=np.uint64)', '2**63', '-2**63', 'np.int64(-2**63)',
+             'np.uint64(2**64-1)', '[2**63]', '[-1, -1]', 'slice(None, None, 0)', 'np.bool_(True)',
+             'b"a"', '1j', '[None]', 'np.array([1.5])', 'np.array([np.nan])']
+
+
+def gen_index(rng, n, var="ds"):
+    """An indexing expression on `var` with roughly n records. Returns code."""
+    k = rng.random()
+    a = lambda: rint(rng, -n - 2, n + 1)  # noqa: E731
+    forms = [
+        lambda: f"{var}[{a()}]",
+        lambda: f"{var}[{rint(rng, 0, max(0, n - 1))}]",
+        lambda: f"{var}[np.{rng.choice(['int8','int16','int32','int64'])}({a()})]",
+        lambda: f"{var}[np.{rng.choice(['uint8','uint16','uint32','uint64'])}({rint(rng, 0, n + 1)})]",
+        lambda: f"{var}[{rng.choice(['', str(a())])}:{rng.choice(['', str(a())])}"
+                f"{rng.choice(['', ':' + str(rng.choice([1, 2, 3, -1, -2, -3, 7]))])}]",
+        lambda: f"{var}[{[a() for _ in range(rint(rng, 0, 7))]}]",
+        lambda: f"{var}[{[rint(rng, 0, max(0, n - 1)) for _ in range(rint(rng, 1, 6))]}]",
+        lambda: f"{var}[np.array({[a() for _ in range(rint(rng, 0, 6))]}, dtype='"
+                f"{rng.choice(['i1','i2','i4','i8','>i8','<i4','f8','f4','int64'])}')]",
+        lambda: f"{var}[np.array({[rint(rng, 0, n + 1) for _ in range(rint(rng, 0, 6))]}, dtype='"
+                f"{rng.choice(['u1','u2','u4','u8','>u8','>u4'])}')]",
+        lambda: f"{var}[np.array({[bool(rng.random() < 0.5) for _ in range(n)]})]",
+        lambda: f"{var}[np.array({[bool(rng.random() < 0.5) for _ in range(max(0, n + rng.choice([-1, 1, 3])))]})]",
+        lambda: f"{var}[{[bool(rng.random() < 0.5) for _ in range(n)]}]",
+        lambda: f"{var}[{', '.join(str(a()) for _ in range(rint(rng, 2, 4)))}]",
+        lambda: f"{var}[np.array({[[rint(rng, 0, max(0, n-1)) for _ in range(2)] for _ in range(2)]})]",
+        lambda: f"{var}.__getitems__({[a() for _ in range(rint(rng, 0, 5))]})",
+        lambda: f"{var}.__getitems__(np.array({[rint(rng, 0, max(0, n-1)) for _ in range(3)]}, dtype=np.uint64))",
+        lambda: f"{var}.__getitems__({rng.choice(['slice(None)', 'slice(1, None, 2)', 'slice(None, None, -1)'])})",
+        lambda: f"{var}[{rng.choice(ODD_INDEX)}]",
+    ]
+    return rng.choice(forms)()
+
+
+def mk_expr(dtcode, n, shape, seed, hi=256):
+    return f"mk({dtcode}, {n}, {tuple(shape)!r}, {seed}, {hi})"
+
+
+def gen_dense(rng, pid):
+    steps = []
+    dtcode, _ = rng.choice(DTYPES) if rng.random() > 0.08 else rng.choice(RARE_DTYPES)
+    if rng.random() < 0.1:
+        shcode, shape = rng.choice(BAD_SHAPES), (3,)
+    else:
+        shcode, shape = rng.choice(SHAPES)
+    codec = rng.choice([None, "'raw'", "'zstd'", "'zstd'", "'zstd_dict'", "''", "'lz4'", "'raw'"])
+    hi = rng.choice([4, 256])
+    args = f"'d', {dtcode}, {shcode}"
+    if codec == "'zstd_dict'":
+        steps.append(f"dct = train_dict({mk_expr(dtcode, 300, shape, 99, 4)})")
+        args += ", codec='zstd_dict', dict_bytes=dct"
+    elif codec is not None:
+        args += f", codec={codec}"
+    if rng.random() < 0.1:
+        args = args.replace("'d'", "__import__('pathlib').Path('d')", 1)
+    use_with = rng.random() < 0.2
+    steps.append(f"ds = DenseStore({args})")
+    n = 0
+    seed = pid * 1000
+    for _ in range(rint(rng, 3, 18)):
+        seed += 1
+        r = rng.random()
+        if r < 0.3:
+            k = rng.choice([0, 1, 1, 2, 5, 10, 33])
+            base = mk_expr(dtcode, k, shape, seed, hi)
+            v = rng.random()
+            if v < 0.6:
+                e = base
+                n += k
+            elif v < 0.65:
+                e = f"{mk_expr(dtcode, 2 * k, shape, seed, hi)}[::2]"
+                n += k
+            elif v < 0.7:
+                e = f"np.asfortranarray({base})"
+                n += k
+            elif v < 0.75:
+                e = f"{base}.astype({rng.choice(['np.float64', 'np.int32', 'np.uint8', 'np.float32'])})"
+            elif v < 0.8:
+                e = f"{base}.astype(np.dtype({dtcode}).newbyteorder())"
+            elif v < 0.85:
+                e = f"{base}.tolist()"
+            elif v < 0.9:
+                e = f"{mk_expr(dtcode, max(k, 1), tuple(shape) + (1,), seed, hi)}"
+            elif v < 0.95:
+                e = f"{mk_expr(dtcode, 1, shape, seed, hi)}[0]"
+            else:
+                e = f"{base}.view(np.uint8)"
+            steps.append(f"ds.append({e})")
+        elif r < 0.6:
+            steps.append(gen_index(rng, n))
+        elif r < 0.65:
+            steps.append("len(ds)")
+        elif r < 0.7:
+            steps.append("(lambda s: {k: (type(v).__name__, v) for k, v in s.items()})(ds.stats())"
+                         if codec in ("'raw'",) else
+                         "(lambda s: (s['records'], sorted(s), [type(v).__name__ for v in s.values()]))(ds.stats())")
+        elif r < 0.73:
+            steps.append("ds.has_dict()")
+        elif r < 0.76:
+            steps.append("ds.sync()")
+        elif r < 0.83:
+            steps.append("ds.delete(" + gen_index(rng, n, "X")[2:-1] + ")" if rng.random() < 0.8
+                         else f"ds.delete(slice({rint(rng, 0, max(0, n))}, None, 2))")
+        elif r < 0.86:
+            steps.append("ds.compact()")
+        elif r < 0.9:
+            steps.append("ds.close()")
+            if rng.random() < 0.5:
+                steps.append(rng.choice(["len(ds)", "ds[0]", "ds[:]", "ds.sync()", "ds.stats()",
+                                         "ds.has_dict()", f"ds.append({mk_expr(dtcode, 1, shape, seed)})",
+                                         "ds.delete([0])", "ds.compact()", "ds.close()", "ds.dtype",
+                                         "ds.__enter__() is ds"]))
+            steps.append(rng.choice([
+                "ds = DenseStore('d')", f"ds = DenseStore('d', {dtcode})",
+                f"ds = DenseStore('d', {dtcode}, {shcode})", "ds = DenseStore('d', item_shape=(7,))",
+                "ds = DenseStore('d', np.float64)", "ds = DenseStore('d', codec='raw')",
+                "ds = DenseStore('d', codec='zstd')", "ds = DenseStore('d', dtype=None, item_shape=None, codec=None)",
+                "ds = DenseStore('d', dict_bytes=b'x')", "ds = RaggedStore('d')",
+                f"ds = DenseStore('d', {dtcode}, {shcode}, codec='lz4')"]))
+            steps.append("ds = ds if 'ds' in dir() else None")
+        elif r < 0.93:
+            steps.append("ds2 = DenseStore('d')")
+            steps.append("ds2.close() if 'ds2' in dir() else None")
+        elif r < 0.96:
+            steps.append("(ds.dtype, ds.item_shape, ds.codec, ds.path, type(ds.path).__name__)")
+        else:
+            steps.append(f"with DenseStore('d2', {dtcode}, {shcode}) as w:\n"
+                         f"    w.append({mk_expr(dtcode, 3, shape, seed, hi)})\n")
+            steps.append("DenseStore('d2')[:]")
+    steps.append("ds[:]")
+    steps.append("len(ds)")
+    if use_with:
+        steps.append("with ds as q:\n    pass")
+        steps.append("len(ds)")
+    return steps
+
+
+def rec_expr(rng, dtcode, seed, hi, u8):
+    rank = rng.choice([0, 1, 1, 2, 3])
+    shape = tuple(rng.randint(1, 4) for _ in range(rank))
+    v = rng.random()
+    if rank == 0:
+        return f"np.asarray({mk_expr(dtcode, 1, (), seed, hi)}[0])" if v < 0.7 else f"{mk_expr(dtcode, 1, (), seed, hi)}[0]"
+    base = f"{mk_expr(dtcode, 1, shape, seed, hi)}[0]"
+    if v < 0.7:
+        return base
+    if v < 0.75:
+        return f"{mk_expr(dtcode, 1, (shape[0] * 2,) + shape[1:], seed, hi)}[0][::2]"
+    if v < 0.8:
+        return f"np.asfortranarray({base})"
+    if v < 0.85 and u8:
+        return rng.choice([f"bytes({base})", f"bytearray({base}.tobytes())", f"memoryview({base}.tobytes())", "b''"])
+    if v < 0.88:
+        return f"{mk_expr(dtcode, 1, (0,), seed, hi)}[0]"
+    if v < 0.91:
+        return f"{base}.astype(np.float64)"
+    if v < 0.94:
+        return f"{base}.tolist()"
+    if v < 0.97:
+        return "b'abc'"
+    return base
+
+
+def gen_ragged(rng, pid):
+    steps = []
+    dtcode, dstr = rng.choice(DTYPES) if rng.random() > 0.08 else rng.choice(RARE_DTYPES)
+    u8 = dstr == "|u1"
+    codec = rng.choice([None, "'raw'", "'zstd'", "'zstd_dict'", "''", "'raw'"])
+    hi = rng.choice([4, 256])
+    args = f"'r', {dtcode}"
+    if codec == "'zstd_dict'":
+        steps.append(f"dct = train_dict([{mk_expr(dtcode, 1, (16,), 99, 4)}[0] for _ in range(100)] + [{mk_expr(dtcode, 1, (24,), 98, 4)}[0]]*50)")
+        args += ", codec='zstd_dict', dict_bytes=dct"
+    elif codec is not None:
+        args += f", codec={codec}"
+    steps.append(f"rs = RaggedStore({args})")
+    n = 0
+    seed = pid * 1000
+    for _ in range(rint(rng, 3, 18)):
+        seed += 1
+        r = rng.random()
+        if r < 0.3:
+            k = rng.choice([0, 1, 2, 3, 6])
+            recs = [rec_expr(rng, dtcode, seed * 10 + j, hi, u8) for j in range(k)]
+            form = rng.random()
+            if form < 0.75:
+                e = "[" + ", ".join(recs) + "]"
+            elif form < 0.85:
+                e = "(x for x in [" + ", ".join(recs) + "])"
+            elif form < 0.95:
+                e = mk_expr(dtcode, k, (rng.randint(1, 3),), seed, hi)
+            else:
+                e = "(" + ", ".join(recs) + ("," if recs else "") + ")"
+            n += k
+            steps.append(f"rs.append({e})")
+        elif r < 0.62:
+            steps.append(gen_index(rng, n, "rs"))
+        elif r < 0.66:
+            steps.append("len(rs)")
+        elif r < 0.7:
+            steps.append("(lambda s: {k: (type(v).__name__, v) for k, v in s.items()})(rs.stats())"
+                         if codec == "'raw'" else
+                         "(lambda s: (s['records'], sorted(s)))(rs.stats())")
+        elif r < 0.73:
+            steps.append("rs.has_dict()")
+        elif r < 0.76:
+            steps.append("rs.sync()")
+        elif r < 0.84:
+            steps.append("rs.delete(" + gen_index(rng, n, "X")[2:-1] + ")")
+        elif r < 0.87:
+            steps.append("rs.compact()")
+        elif r < 0.92:
+            steps.append("rs.close()")
+            if rng.random() < 0.4:
+                steps.append(rng.choice(["len(rs)", "rs[0]", "rs[:]", "rs.append([b'a'])", "rs.close()"]))
+            steps.append(rng.choice(["rs = RaggedStore('r')", f"rs = RaggedStore('r', {dtcode})",
+                                     "rs = RaggedStore('r', np.float64)", "rs = RaggedStore('r', codec='raw')",
+                                     "rs = DenseStore('r')", "rs = RaggedStore('r', dict_bytes=b'x')"]))
+        elif r < 0.95:
+            steps.append("(rs.dtype, rs.codec, rs.path)")
+        else:
+            steps.append("[a.flags.writeable for a in rs[:]]")
+    steps.append("rs[:]")
+    steps.append("len(rs)")
+    return steps
+
+
+def gen_sampler(rng, pid):
+    steps = []
+    L = rng.choice([1, 2, 5, 10, 16, 100, 7, rng.randint(1, 50)])
+    B = rng.choice([1, 2, 3, 4, 5, 8, 16, 200, rng.randint(1, 20)])
+    M = rng.choice([0, 0, 1, 2, 2])
+    S = rng.choice([0, 42, 7, 2**63, 2**64 - 1, rng.randint(0, 10**6)])
+    ar = [str(L), str(B), str(M), str(S)]
+    if rng.random() < 0.15:
+        j = rng.randint(0, 3)
+        ar[j] = rng.choice(["np.int64(3)", "np.uint8(2)", "3.0", "-1", "None", "True", "2**64", "'3'"])
+        if j == 2 and ar[j] not in ("np.int64(3)", "np.uint8(2)", "True"):
+            pass
+    kw = rng.random() < 0.2
+    call = (f"Sampler({ar[0]}, {ar[1]}, {ar[2]}, {ar[3]})" if not kw else
+            f"Sampler(length={ar[0]}, batch_size={ar[1]}, mode={ar[2]}, seed={ar[3]})")
+    if rng.random() < 0.15:
+        call = f"Sampler({ar[0]}, {ar[1]}, {ar[2]})"
+    steps.append(f"s = {call}")
+    pre = "" if (M == 0 and "mode" not in call[:0]) else "#shape\n"
+    if ar[2] != str(M):
+        pre = "#shape\n"
+    for _ in range(rint(rng, 1, 8)):
+        r = rng.random()
+        if r < 0.6:
+            steps.append(pre + rng.choice(["s.next()", "next(s)", "next(iter(s))"]))
+        elif r < 0.85:
+            steps.append(f"s.seek({rng.choice([0, 1, 2, 3, 10, 2**40, rng.randint(0, 50)])})")
+        elif r < 0.9:
+            steps.append(f"s.seek({rng.choice(['-1', '1.5', 'None', 'np.int64(2)', '2**64'])})")
+        else:
+            steps.append("(Sampler.Mode.SEQUENTIAL, Sampler.Mode.IID, Sampler.Mode.CYCLIC, s.Mode.CYCLIC)")
+    if M == 2 and B <= L and L % B == 0 and L // B <= 50:
+        steps.append(f"s.seek(0)\ncyc = np.sort(np.concatenate([s.next() for _ in range({L // B})]))")
+        steps.append("cyc")
+        steps.append(f"cyc2 = np.sort(np.concatenate([s.next() for _ in range({L // B})]))")
+        steps.append("cyc2")
+    if M == 1:
+        steps.append("#shape\nnp.concatenate([s.next() for _ in range(20)]).max() < " + str(L))
+    steps.append(f"s.seek(3)\na1 = s.next()\ns.seek(3)\na2 = s.next()")
+    steps.append("bool((a1 == a2).all())")
+    return steps
+
+
+def gen_loader(rng, pid):
+    steps = []
+    N = rng.choice([1, 3, 8, 16, 20])
+    dt = rng.choice(["np.float32", "np.uint8", "'>i4'"])
+    steps.append(f"da = DenseStore('a', {dt}, (2,), codec={rng.choice(['None', repr('raw')])})")
+    steps.append(f"da.append(mk({dt}, {N}, (2,), 1))")
+    steps.append("rb = RaggedStore('b', np.int64)")
+    steps.append(f"rb.append([np.arange(i % 4 + 1, dtype=np.int64) + i for i in range({N})])")
+    bad = rng.random()
+    streams = "{'a': da, 'b': rb}"
+    if bad < 0.05:
+        streams = "{}"
+    elif bad < 0.1:
+        steps.append("dc = DenseStore('c', np.uint8, (1,))\ndc.append(np.zeros((%d, 1), np.uint8))" % (N + 1))
+        streams = "{'a': da, 'c': dc}"
+    elif bad < 0.15:
+        streams = "[('a', da), ('b', rb)]"
+    elif bad < 0.2:
+        streams = "{'a': da}"
+    B = rng.choice([1, 2, 4, 5, 7, N, N + 3])
+    M = rng.choice([0, 0, 1, 2])
+    transform = rng.choice(["None", "None", "lambda b: b", "lambda b: (b['a'].shape, len(b.get('b', [])))",
+                            "lambda b: 1 / 0", "lambda b: {k: v for k, v in b.items() if k == 'a'}"])
+    kw = f"num_workers=1, batch_size={B}, mode={M}, seed={rng.choice([0, 42, 5])}, prefetch_size={rng.choice([1, 2, 4])}"
+    if transform != "None":
+        kw += f", transform={transform}"
+    steps.append(f"L = DataLoader({streams}, {kw})")
+    pre = "" if M == 0 else "#shape\n"
+    k = 1 if "1 / 0" in transform else rng.randint(1, 5)
+    for _ in range(k):
+        steps.append(pre + "next(L)")
+    steps.append("len(L)")
+    steps.append("L.close()")
+    steps.append("L.close()")
+    if rng.random() < 0.3:
+        steps.append(f"with DataLoader({{'a': da}}, batch_size=2, mode=0, num_workers=1) as L2:\n    x = next(L2)")
+        steps.append("x")
+    return steps
+
+
+def gen_dict(rng, pid):
+    steps = []
+    src = rng.choice([
+        "mk(np.uint8, 200, (64,), 1, 4)", "mk(np.float32, 100, (8,), 2, 4)",
+        "[mk(np.uint8, 1, (i % 30 + 5,), i, 4)[0] for i in range(120)]",
+        "[bytes(mk(np.uint8, 1, (40,), i, 4)[0]) for i in range(100)]",
+        "np.zeros((0, 8), np.uint8)", "[]", "(x for x in [b'abc'] * 50)",
+        "mk(np.uint8, 3, (4,), 1, 4)", "STORE_D", "STORE_R", "np.zeros((100,), np.uint8)",
+        "[np.arange(10)] * 100", "b'abcdef' * 100",
+    ])
+    if src == "STORE_D":
+        steps.append("sd = DenseStore('sd', np.uint8, (32,))\nsd.append(mk(np.uint8, 100, (32,), 5, 4))")
+        src = "sd"
+    elif src == "STORE_R":
+        steps.append("sr = RaggedStore('sr', np.uint8)\nsr.append([mk(np.uint8, 1, (i % 20 + 4,), i, 4)[0] for i in range(100)])")
+        src = "sr"
+    tier = rng.choice(["None", "'fast'", "'balanced'", "'max'", "'huge'", "None"])
+    steps.append(f"d = train_dict({src}, tier={tier}{', path=' + repr('dict.bin') if rng.random() < 0.3 else ''})")
+    steps.append("#info\n(type(d).__name__, len(d))")
+    steps.append("os.path.getsize('dict.bin') == len(d) if os.path.exists('dict.bin') else None")
+    steps.append(rng.choice([
+        "z = DenseStore('z', np.uint8, (64,), codec='zstd_dict', dict_bytes=d)",
+        "z = RaggedStore('z', np.uint8, codec='zstd_dict', dict_bytes=d)",
+        "z = DenseStore('z', np.uint8, (64,), codec='zstd', dict_bytes=d)",
+        "z = DenseStore('z', np.uint8, (64,), codec='zstd_dict', dict_bytes=bytearray(d))",
+        "z = DenseStore('z', np.uint8, (64,), codec='zstd_dict', dict_bytes=b'not a dictionary' * 10)",
+        "z = DenseStore('z', np.uint8, (64,), codec='zstd_dict', dict_bytes=b'')",
+        "z = DenseStore('z', np.uint8, (64,), codec='zstd_dict', dict_bytes=np.frombuffer(d, np.uint8))",
+    ]))
+    steps.append("z.has_dict()")
+    steps.append("z.append(mk(np.uint8, 10, (64,), 3, 4) if isinstance(z, DenseStore) else list(mk(np.uint8, 10, (64,), 3, 4)))")
+    steps.append("z[:]")
+    steps.append("z.close()\nz = type(z)('z')\n(z.codec, z.has_dict())")
+    steps.append("z[:]")
+    return steps
+
+
+def gen_cross_write(rng, pid):
+    """Steps writing store(s) 'd' (dense) and 'r' (ragged), then closing."""
+    steps = []
+    dtcode, _ = rng.choice(DTYPES)
+    shcode, shape = rng.choice(SHAPES)
+    codec = rng.choice(["'raw'", "'zstd'", "'zstd_dict'", "'zstd'"])
+    args_d = f"'d', {dtcode}, {shcode}, codec={codec}"
+    args_r = f"'r', {dtcode}, codec={codec}"
+    if codec == "'zstd_dict'":
+        steps.append(f"dct = train_dict({mk_expr(dtcode, 300, (16,), 99, 4)})")
+        args_d += ", dict_bytes=dct"
+        args_r += ", dict_bytes=dct"
+    steps.append(f"ds = DenseStore({args_d})")
+    steps.append(f"rs = RaggedStore({args_r})")
+    n = m = 0
+    seed = pid * 1000
+    for _ in range(rint(rng, 2, 8)):
+        seed += 1
+        r = rng.random()
+        if r < 0.5:
+            k = rng.choice([1, 3, 10, 40])
+            steps.append(f"ds.append({mk_expr(dtcode, k, shape, seed, rng.choice([4, 256]))})")
+            n += k
+            recs = [rec_expr(rng, dtcode, seed * 10 + j, 4, False) for j in range(rng.randint(1, 5))]
+            recs = [x for x in recs if "astype" not in x and "(0,)" not in x and "tolist" not in x and "b'" not in x]
+            if recs:
+                steps.append("rs.append([" + ", ".join(recs) + "])")
+        elif r < 0.7 and n > 2:
+            steps.append(f"ds.delete({[rng.randint(0, n - 1)]})")
+            steps.append(f"rs.delete([0])")
+            n -= 1
+        elif r < 0.8:
+            steps.append("ds.compact()\nrs.compact()")
+        else:
+            steps.append("ds.sync()\nrs.sync()")
+    steps.append("ds.close()\nrs.close()")
+    steps.append("#info\n(dirprint('d'), dirprint('r'))")
+    return steps, dtcode, shape
+
+
+def cross_read_steps(dtcode, shape, pid):
+    return [
+        "ds = DenseStore('d')",
+        "(ds.dtype, ds.item_shape, ds.codec, len(ds), ds.has_dict())",
+        "ds[:]",
+        "ds[::-1]",
+        "(lambda s: (s['records'], s['live_bytes'], s['chunk_bytes'], s['reclaimable']))(ds.stats())",
+        f"ds.append({mk_expr(dtcode, 4, shape, pid + 7, 4)})",
+        "ds.delete([0])",
+        "ds[:]",
+        "ds.compact()",
+        "ds[:]",
+        "rs = RaggedStore('r')",
+        "(rs.dtype, rs.codec, len(rs), rs.has_dict())",
+        "rs[:]",
+        "(lambda s: (s['records'], s['live_bytes'], s['chunk_bytes'], s['reclaimable']))(rs.stats())",
+        f"rs.append([{mk_expr(dtcode, 1, (2, 3), pid, 4)}[0], np.asarray({mk_expr(dtcode, 1, (), pid + 1, 4)}[0])])",
+        "rs[-2:]",
+        "ds.close()\nrs.close()",
+        f"DenseStore('d', {dtcode}, {tuple(shape)!r}).close()",
+        f"RaggedStore('r', {dtcode}).close()",
+        "(DenseStore('d')[:], RaggedStore('r')[:])",
+    ]
+
+
+GENS = {"dense": gen_dense, "ragged": gen_ragged, "sampler": gen_sampler,
+        "loader": gen_loader, "dict": gen_dict}
+WEIGHTS = {"dense": 40, "ragged": 30, "sampler": 12, "loader": 8, "dict": 5}
+
+# ------------------------------------------------------ hand-written cases
+
+HAND = {
+    "closed_ops": [
+        "ds = DenseStore('d', np.float32, (2,))", "ds.append(mk(np.float32, 3, (2,), 1))", "ds.close()",
+        "len(ds)", "ds[0]", "ds[[0]]", "ds.append(mk(np.float32, 1, (2,), 1))", "ds.stats()",
+        "ds.sync()", "ds.has_dict()", "ds.delete([0])", "ds.compact()", "ds.close()",
+        "with ds:\n    pass", "ds.dtype",
+        "rs = RaggedStore('r', np.uint8)", "rs.append([b'ab'])", "rs.close()", "len(rs)", "rs[0]",
+        "rs.append([b'a'])",
+    ],
+    "index_scalars": [
+        "ds = DenseStore('d', np.int32, ())", "ds.append(np.arange(10, dtype=np.int32))",
+        "ds[3]", "ds[-1]", "ds[-10]", "ds[-11]", "ds[10]", "ds[2**63]", "ds[2**64]", "ds[-2**64]",
+        "ds[np.int64(-11)]", "ds[np.int64(-100)]", "ds[np.uint64(10)]", "ds[np.int8(-1)]",
+        "ds[True]", "ds[False]", "ds[np.bool_(True)]", "ds[2.0]", "ds[2.7]", "ds[np.float32(2)]",
+        "ds[None]", "ds['1']", "ds[b'1']", "ds[...]", "ds[1j]", "ds[object()]", "ds[{1: 2}]", "ds[{1, 2}]",
+        "ds[(1, 2)]", "ds[()]", "ds[[]]", "ds[np.array([])]", "ds[np.array([], dtype=bool)]",
+        "ds[[True] * 10]", "ds[[True, False]]", "ds[np.ones(11, bool)]", "ds[np.ones(9, bool)]",
+        "ds[np.ones((2, 5), bool)]", "ds[[[0, 1], [2, 3]]]", "ds[np.array([[0, 1], [2, 3]])]",
+        "ds[range(3)]", "ds[range(8, 12)]", "ds[iter([1, 2])]", "ds[(i for i in [1])]",
+        "ds[[-11]]", "ds[[10]]", "ds[[2**64 - 1]]", "ds[[2**64]]", "ds[[-2**63]]", "ds[np.array([-11])]",
+        "ds[np.array([-100], dtype=np.int8)]", "ds[np.array([255], dtype=np.uint8)]",
+        "ds[np.array([1.0, 2.0], dtype=np.float16)]", "ds[np.array([1, 2], dtype=np.complex64)]",
+        "ds[np.array(['1'])]", "ds[[1, '2']]", "ds[[1, None]]", "ds[[1.5]]", "ds[np.array([1.5, 2])]",
+        "ds[::0]", "ds[::-1]", "ds[100:]", "ds[-100:3]", "ds[5:2]", "ds[5:2:-1]", "ds[::-3]", "ds[np.int64(1):np.int64(4)]",
+        "ds[1.0:3.0]", "ds[slice('a')]", "ds[:, 0]", "ds[0, :]",
+        "ds.__getitems__(3)", "ds.__getitems__(-1)", "ds.__getitems__([])", "ds.__getitems__(np.array([1], dtype=np.uint64))",
+        "ds.__getitems__(np.array([-1]))", "ds.__getitems__(slice(None))",
+    ],
+    "scalar_records": [
+        "ds = DenseStore('d', np.float64, ())", "ds.append(np.float64(1.5))", "ds.append(2.5)",
+        "ds.append([3.5, 4.5])", "ds.append(np.array([[1.0]]))", "ds[0]", "type(ds[0]).__name__",
+        "ds[:]", "ds[[0]]", "len(ds)", "ds.append(7)", "ds.append([1, 2])", "ds.append(np.float32(1))",
+        "rs = RaggedStore('r', np.float64)", "rs.append([np.float64(1.0), 2.0, [1.0, 2.0], np.zeros((1, 2))])",
+        "rs[:]", "rs[0]", "type(rs[0]).__name__", "rs[1].shape", "rs.append(np.zeros(3))", "rs.append(np.zeros((2, 0)))",
+        "rs.append(np.zeros((0, 2)))", "rs.append(5.0)", "rs.append([[]])", "rs.append('ab')",
+        "len(rs)",
+    ],
+    "ctor_args": [
+        "DenseStore('a', 'float32', (2,)).close()", "DenseStore('a').dtype",
+        "DenseStore('b', np.dtype('<f4'), [2, 3]).item_shape",
+        "DenseStore('c', float, np.array([2, 3])).item_shape",
+        "DenseStore('c2', float, (np.int32(2), np.uint8(3))).item_shape",
+        "DenseStore('c3', float, (2.0,)).item_shape", "DenseStore('c4', float, np.array([2.0])).item_shape",
+        "DenseStore('e', float, 4)", "DenseStore('e', float, (0,))", "DenseStore('e', float, (-1,))",
+        "DenseStore('e', float, (2.5,))", "DenseStore('e', float, ('3',))", "DenseStore('e', float, (True,))",
+        "DenseStore('e', float, (None,))", "DenseStore('e', float, '3')", "DenseStore('e', float, {2: 1})",
+        "DenseStore('e', float, (2**40, 2**40))", "DenseStore('e', float, (1,) * 64)", "DenseStore('e', float, (1,) * 33)",
+        "os.path.exists('e')", "DenseStore('e', float)", "DenseStore('e')", "DenseStore('e', item_shape=(2,))",
+        "RaggedStore('e')", "DenseStore('e', float, (2,), codec='lz4')", "os.path.exists('e')",
+        "DenseStore('e', float, (2,), codec='ZSTD')", "DenseStore('e', float, (2,), codec=None).codec",
+        "DenseStore('f', float, (2,), codec=0).codec", "DenseStore('g', float, (2,), codec=False).codec",
+        "DenseStore('h', float, (2,), codec=1)", "DenseStore('i', float, (2,), codec='zstd_dict')",
+        "DenseStore('j', float, (2,), codec='raw', dict_bytes=b'abc')", "DenseStore('k', float, (2,), dict_bytes=b'')",
+        "DenseStore('l', object, (2,))", "DenseStore('l', 'O', (2,))", "DenseStore('l', None, (2,))",
+        "DenseStore('m', 'notadtype', (2,))", "DenseStore('m', 5, (2,))", "DenseStore('m', [('a', 'O')], (2,))",
+        "DenseStore('n', np.float32, (2,), 'raw').codec", "DenseStore('o', np.float32, (2,), 'raw', None).codec",
+        "RaggedStore('p', np.int16, 'raw').codec", "RaggedStore('q', 'i8').dtype", "RaggedStore('q', np.int64).dtype",
+        "RaggedStore('q', np.int32)", "RaggedStore('q', codec='raw')", "RaggedStore('q', codec='zstd').codec",
+        "DenseStore('q')", "DenseStore('a', np.float64)", "DenseStore('a', item_shape=(3,))",
+        "DenseStore('a', item_shape=(2.0,)).item_shape", "DenseStore('a', item_shape=[2]).item_shape",
+        "DenseStore('a', item_shape=2)", "DenseStore('a', dtype='f4').dtype",
+        "DenseStore('a', dtype='>f4')", "DenseStore('a', dtype='=f4').dtype",
+        "DenseStore(b'bb', np.float32, (2,)).path", "DenseStore(123, np.float32, (2,))",
+        "DenseStore('', np.float32, (2,))", "DenseStore('.', np.float32, (2,))",
+        "DenseStore('no/such/parent/x', np.float32, (2,))",
+        "open('file', 'w').close()\nDenseStore('file', np.float32, (2,))", "DenseStore('file')",
+        "os.mkdir('emptydir')\nDenseStore('emptydir', np.float32, (2,)).close()\nDenseStore('emptydir').item_shape",
+        "os.mkdir('junkdir')\nopen('junkdir/x.txt','w').write('hi')\nDenseStore('junkdir', np.float32, (2,)).close()",
+        "DenseStore('junkdir').item_shape",
+        "DenseStore('a', np.float32, (2,), 'raw', b'x', 5)",
+        "DenseStore(path='kw', dtype=np.float32, item_shape=(1,), codec='raw', dict_bytes=None).codec",
+        "RaggedStore(path='kw2', dtype=np.float32, codec='raw', dict_bytes=None).codec",
+    ],
+    "dtypes_roundtrip": [
+        "\n".join([
+            "out = {}",
+            "for i, dt in enumerate(['<f4', '>f4', '>i8', '|b1', '<c16', '<f2', '|i1', '<u2', '>u8', '<M8[ns]', '<m8[s]', '|S3', '<U2', '|V4', '<g', ('<f4', (2,)),",
+            "        [('x', '<f4'), ('y', '>i2')], [('a', 'u1'), ('b', [('c', '<f8'), ('d', 'S2')])], {'names': ['a'], 'formats': ['<i4'], 'offsets': [4], 'itemsize': 12}]:",
+            "    dt = np.dtype(dt)",
+            "    try:",
+            "        with DenseStore(f'd{i}', dt, (2,), codec='raw') as s:",
+            "            s.append(mk(dt, 3, (2,), i))",
+            "        with DenseStore(f'd{i}') as s:",
+            "            out[str(dt)] = ('ok', str(s.dtype), s.dtype == dt, s[:].tobytes() == mk(dt, 3, (2,), i).tobytes())",
+            "    except Exception as e:",
+            "        out[str(dt)] = ('exc', type(e).__name__)",
+        ]),
+        "out",
+        "with DenseStore('al', np.dtype([('x', 'u1'), ('y', '<f8')], align=True), (2,)) as s:\n    s.append(mk(np.dtype([('x', 'u1'), ('y', '<f8')], align=True), 2, (2,), 1))",
+        "DenseStore('al').dtype",
+        "DenseStore('al', np.dtype([('x', 'u1'), ('y', '<f8')], align=True))",
+        "DenseStore('al')[:]",
+        "with RaggedStore('ral', np.dtype([('x', 'u1'), ('y', '<f8')], align=True)) as s:\n    s.append([mk(np.dtype([('x', 'u1'), ('y', '<f8')], align=True), 1, (3,), 1)[0]])",
+        "RaggedStore('ral').dtype", "RaggedStore('ral')[:]",
+    ],
+    "append_forms": [
+        "ds = DenseStore('d', np.int64, (3,))", "ds.append([[1, 2, 3]])", "ds.append([1, 2, 3])",
+        "ds.append(np.arange(6).reshape(2, 3))", "ds.append(np.arange(6, dtype=np.int32).reshape(2, 3))",
+        "ds.append(np.arange(6, dtype='>i8').reshape(2, 3))", "ds.append(np.arange(12).reshape(2, 6)[:, ::2])",
+        "ds.append(np.arange(12).reshape(6, 2).T[:, :3].T)", "ds.append(np.arange(6).reshape(3, 2).T)",
+        "ds.append(np.zeros((0, 3), np.int64))", "ds.append([])", "ds.append(None)", "ds.append('abc')",
+        "ds.append(np.arange(3))", "ds.append(np.arange(9).reshape(3, 3)[None])", "ds.append(memoryview(np.arange(6).reshape(2, 3)))",
+        "ds.append(np.ma.masked_array(np.arange(3).reshape(1, 3)))", "ds.append(np.matrix([[1, 2, 3]]))",
+        "ds.append(np.arange(6).reshape(2, 3).view(np.uint64))", "ds.append(True)",
+        "ds.append(np.broadcast_to(np.arange(3), (4, 3)))", "ds.append(np.arange(6).reshape(2, 3))",
+        "ds[:]", "len(ds)",
+        "rs = RaggedStore('r', np.uint8)", "rs.append([b'abc', bytearray(b'de'), memoryview(b'fgh'), np.frombuffer(b'ij', np.uint8)])",
+        "rs.append(b'xyz')", "rs.append([b''])", "rs.append([])", "rs.append([[1, 2]])", "rs.append([np.array([1, 2], np.uint8)[::-1]])",
+        "rs.append([np.zeros((2, 2), np.uint8).T])", "rs.append(['ab'])", "rs.append([None])", "rs.append(None)", "rs.append(5)",
+        "rs.append([np.uint8(5)])", "rs.append(np.zeros((3, 2), np.uint8))", "rs.append(iter([b'q']))", "rs.append({b'k': 1})",
+        "rs.append([memoryview(np.arange(4, dtype=np.uint16)).cast('B')])",
+        "rs[:]", "len(rs)",
+        "r2 = RaggedStore('r2', np.float32)", "r2.append([b'abcd'])", "r2.append([np.zeros(2)])", "r2.append([np.zeros(2, np.float32)])",
+        "r2.append([memoryview(np.zeros(2, np.float32))])", "r2[:]",
+    ],
+    "append_return": [
+        "ds = DenseStore('d', np.uint8, (2,))", "ds.append(np.zeros((3, 2), np.uint8))", "ds.append(np.zeros((2, 2), np.uint8))",
+        "ds.delete([0])", "ds.append(np.zeros((1, 2), np.uint8))",
+        "rs = RaggedStore('r', np.uint8)", "rs.append([b'a', b'b'])", "rs.append([b'c'])",
+    ],
+    "delete_forms": [
+        "ds = DenseStore('d', np.int32, ())", "ds.append(np.arange(20, dtype=np.int32))",
+        "ds.delete(0)", "ds[:]", "ds.delete(-1)", "ds[:]", "ds.delete([1, 1])", "ds[:]", "ds.delete([3, 2, 5])", "ds[:]",
+        "ds.delete([])", "ds.delete(np.array([], dtype=np.int64))", "ds.delete(slice(0, 0))", "ds.delete(slice(None, None, 5))", "ds[:]",
+        "ds.delete([100])", "ds[:]", "ds.delete([-100])", "ds.delete(100)", "ds.delete(-100)", "ds.delete(None)", "ds.delete(2.0)", "ds.delete(2.5)", "ds[:]",
+        "ds.delete(np.ones(len(ds), bool))", "len(ds)", "ds[:]", "ds.delete([0])", "ds.compact()", "ds.stats()", "ds[:]", "ds.delete(0)",
+        "ds.append(np.arange(3, dtype=np.int32))", "ds[:]",
+        "ds.delete([0, 1, 2, 0])", "len(ds)", "ds.delete(np.ones(5, bool))", "len(ds)",
+    ],
+    "busy_and_reopen": [
+        "ds = DenseStore('d', np.uint8, (2,))", "ds.append(np.ones((4, 2), np.uint8))", "DenseStore('d')",
+        "RaggedStore('d')", "DenseStore('d', np.uint8, (2,))", "ds.close()", "d2 = DenseStore('d')", "d2[:]",
+        "d2.close()", "del d2\nd3 = DenseStore('d')\nd3 = None\nimport gc; gc.collect()\nDenseStore('d').close()",
+        "with DenseStore('d') as a:\n    x = a[:]\n    b = DenseStore('d')",
+        "x",
+    ],
+    "stats_types": [
+        "ds = DenseStore('d', np.uint8, (100,), codec='raw')", "ds.stats()", "ds.append(np.ones((10, 100), np.uint8))",
+        "ds.stats()", "ds.delete([0, 1])", "ds.stats()", "ds.compact()", "ds.stats()", "ds.has_dict()", "type(ds.has_dict()).__name__",
+        "rs = RaggedStore('r', np.uint8, codec='raw')", "rs.stats()", "rs.append([b'a' * 10, b'b' * 5])", "rs.stats()",
+        "rs.delete(0)", "rs.stats()", "rs.compact()", "rs.stats()",
+    ],
+    "errors_api": [
+        "issubclass(ZrecordError, RuntimeError)", "ZrecordError(-3).code", "str(ZrecordError(-3))", "ZrecordError(-99).code",
+        "ZrecordError()", "ZrecordError('x')", "str(ZrecordError(-14))", "type(ZrecordError(-3)).__name__",
+        "ZrecordError(-3).args", "isinstance(ZrecordError(-11), FileNotFoundError)", "sorted(DICT_TIERS)", "DICT_TIERS",
+        "zrecord.MAX_RECORD_LEN", "zrecord.DICT_TIER_DEFAULT", "sorted(zrecord.__all__)", "loaderx.__version__",
+        "import loaderx.zsampler as zs\nsorted(n for n in dir(zs.Sampler) if not n.startswith('_'))",
+        "sorted(n for n in dir(DenseStore) if not n.startswith('_'))", "sorted(n for n in dir(RaggedStore) if not n.startswith('_'))",
+        "sorted(n for n in dir(DataLoader) if not n.startswith('_'))",
+        "import pickle\npickle.loads(pickle.dumps(ZrecordError(-3))).code",
+        "import copy\ncopy.copy(ZrecordError(-5)).code",
+    ],
+    "sampler_edges": [
+        "Sampler(0, 4, 0)", "Sampler(4, 0, 0)", "Sampler(4, 2, 3)", "Sampler(4, 2, 255)", "Sampler(4, 2, 256)",
+        "Sampler(4, 2, -1)", "Sampler(-4, 2, 0)", "Sampler(4, 2, 0, -1)", "Sampler(4, 2, 0, 2**64)", "Sampler(4.0, 2, 0)",
+        "Sampler(4, 2.0, 0)", "Sampler(4, 2, 0.0)", "Sampler(4, 2, 0, 1.0)", "Sampler(np.int64(4), np.uint8(2), np.int8(0), np.uint64(3)).next()",
+        "Sampler(True, True, False).next()", "Sampler(4, 2, '0')", "Sampler(4, 2, None)", "Sampler(4, 2)",
+        "Sampler(3, 5, 0).next()", "Sampler(3, 5, 2).next().shape", "Sampler(3, 5, 1).next().shape",
+        "s = Sampler(10, 3, 0)\n[s.next() for _ in range(5)]", "s.seek(2)\ns.next()", "s.seek(2**64 - 1)\ns.next()",
+        "s.seek(2**63)\ns.next()", "s.seek(-1)", "s.seek(1.0)", "s.seek(np.int64(1))\ns.next()",
+        "s.indices", "type(s.next()).__name__", "s.next().dtype", "s.next().flags.writeable", "iter(s) is s",
+        "import itertools\nlist(itertools.islice(Sampler(5, 2, 0), 4))",
+        "s2 = Sampler(2**64 - 1, 3, 0)\ns2.seek(2**62)\ns2.next()",
+        "s3 = Sampler(7, 7, 2)\n[np.sort(s3.next()).tolist() for _ in range(3)]",
+        "s4 = Sampler(7, 3, 2)\nsorted(np.concatenate([s4.next() for _ in range(7)]).tolist())",
+        "s5 = Sampler(6, 4, 0)\n[s5.next().tolist() for _ in range(4)]",
+        "s6 = Sampler(5, 5, 1, seed=3)\n#shape",
+        "Sampler(1, 1, 1).next()", "Sampler(1, 1, 2).next()", "Sampler(2**40, 4, 2).next().shape",
+        "Sampler(10, 3, 2, seed=42).next().dtype",
+    ],
+    "loader_edges": [
+        "da = DenseStore('a', np.float32, (2,))\nda.append(mk(np.float32, 10, (2,), 1))",
+        "rb = RaggedStore('b', np.int64)\nrb.append([np.arange(i + 1) for i in range(10)])",
+        "L = DataLoader({'a': da, 'b': rb}, num_workers=1, batch_size=4, mode=0)", "next(L)", "next(L)", "next(L)", "next(L)",
+        "len(L)", "L.close()",
+        "DataLoader({})", "DataLoader({'a': da, 'x': DenseStore('x', np.uint8, (1,))})",
+        "DataLoader(da)", "DataLoader([da])", "DataLoader(None)", "DataLoader({'a': np.zeros((10, 2))})",
+        "DataLoader({'a': da}, num_workers=0, batch_size=3, mode=0).__next__()['a'].shape",
+        "DataLoader({'a': da}, num_workers=-3, batch_size=3, mode=0).__next__()['a'].shape",
+        "DataLoader({'a': da}, num_workers=1.7, batch_size=3, mode=0).__next__()['a'].shape",
+        "DataLoader({'a': da}, num_workers='2', batch_size=3, mode=0).__next__()['a'].shape",
+        "DataLoader({'a': da}, num_workers=None)",
+        "DataLoader({'a': da}, batch_size=2.0)", "DataLoader({'a': da}, seed=-1)",
+        "DataLoader({'a': da}, prefetch_size=0, batch_size=3, mode=0, num_workers=1).__next__()['a'].shape",
+        "L = DataLoader({'a': da}, batch_size=3, mode=0, num_workers=1, transform=lambda b: (_ for _ in ()).throw(KeyError('k')))",
+        "next(L)", "L.close()",
+        "L = DataLoader({'a': da}, batch_size=3, mode=0, num_workers=1, transform=lambda b: next(iter([])))",
+        "next(L)", "L.close()",
+        "L = DataLoader({'b': rb}, batch_size=3, mode=0, num_workers=1, transform=None)", "next(L)", "L.close()",
+        "L = DataLoader({'a': da}, 2, 3, 2, 0, 5)", "#shape\nnext(L)", "L.close()",
+        "class T:\n    def __len__(self): return 10\n    def __getitems__(self, i): return list(i)\nL = DataLoader({'t': T()}, batch_size=3, mode=0, num_workers=1)",
+        "next(L)", "L.close()",
+        "class T2:\n    def __len__(self): return 10\n    def __getitem__(self, i): return i\nL = DataLoader({'t': T2()}, batch_size=3, mode=0, num_workers=1)",
+        "next(L)", "L.close() if 'L' in dir() else None",
+        "DataLoader({'t': [1, 2, 3]}, batch_size=3, mode=0, num_workers=1)",
+        "dz = DenseStore('z', np.uint8, (1,))\nDataLoader({'z': dz}, batch_size=2)",
+        "with DataLoader({'a': da}, batch_size=20, mode=0, num_workers=1) as L:\n    x = next(L)", "x",
+        "L = DataLoader({'a': da}, batch_size=4, mode=0, num_workers=1)\nL.sampler",
+        "L.sampler.next()", "L.streams is not None", "sorted(L.streams)", "L.close()",
+        "L = DataLoader({'a': da}, batch_size=4, mode=0, num_workers=1)\nda.close()\nx = None", "L.close()",
+    ],
+    "loader_crash_bs0": [
+        "da = DenseStore('a', np.float32, (2,))\nda.append(mk(np.float32, 10, (2,), 1))",
+        "DataLoader({'a': da}, batch_size=0)"],
+    "loader_crash_mode7": [
+        "da = DenseStore('a', np.float32, (2,))\nda.append(mk(np.float32, 10, (2,), 1))",
+        "L = DataLoader({'a': da}, mode=7, num_workers=1, batch_size=3)", "#noval\nnext(L)", "L.close()"],
+    "sampler_crash_len0": ["s = Sampler(0, 4, 0)", "s.next()"],
+    "sampler_crash_len0_iid": ["s = Sampler(0, 4, 1)", "s.next()"],
+    "sampler_crash_len0_cyc": ["s = Sampler(0, 4, 2)", "s.next()"],
+    "sampler_crash_bs0": ["s = Sampler(4, 0, 0)", "s.next()"],
+    "sampler_crash_mode3": ["s = Sampler(4, 2, 3)", "s.next()", "s.next()"],
+    "loader_stopiteration": [
+        "da = DenseStore('a', np.float32, (2,))\nda.append(mk(np.float32, 10, (2,), 1))",
+        "L = DataLoader({'a': da}, batch_size=3, mode=0, num_workers=1, transform=lambda b: next(iter([])))",
+        "next(L)", "L.close()",
+        "L = DataLoader({'a': da}, batch_size=3, mode=0, num_workers=1, transform=lambda b: (_ for _ in ()).throw(KeyError('k')))",
+        "next(L)", "L.close()",
+        "def f():\n    out = []\n    L = DataLoader({'a': da}, batch_size=3, mode=0, num_workers=1, transform=lambda b: next(iter([])))\n    try:\n        for b in L:\n            out.append(1)\n            if len(out) > 3: break\n    finally:\n        L.close()\n    return out",
+        "f()",
+    ],
+    "iteration_protocol": [
+        "ds = DenseStore('d', np.int16, (2,))", "ds.append(mk(np.int16, 4, (2,), 1))",
+        "list(ds)", "[x for x in ds]", "np.asarray(ds)", "np.array(ds, dtype=np.int16)", "5 in ds",
+        "rs = RaggedStore('r', np.int16)", "rs.append([mk(np.int16, 1, (i + 1,), i)[0] for i in range(3)])",
+        "list(rs)", "np.concatenate(list(rs))", "sum(1 for _ in rs)",
+        "s0 = DenseStore('s0', np.float32, ())\ns0.append(np.arange(3, dtype=np.float32))\nlist(s0)",
+        "import itertools\nlist(itertools.islice(ds, 2))",
+    ],
+    "pickle_fork": [
+        "import pickle\nds = DenseStore('d', np.float32, (3,))\nds.append(mk(np.float32, 5, (3,), 1))",
+        "pickle.dumps(ds)", "pickle.dumps(RaggedStore('r', np.uint8))", "import copy\ncopy.copy(ds)",
+        "import copy\ncopy.deepcopy(ds)", "pickle.dumps(Sampler(5, 2, 0))",
+        "def child(fn):\n    r, w = os.pipe()\n    pid = os.fork()\n    if pid == 0:\n        try:\n            out = ('ok', enc(fn()))\n        except BaseException as e:\n            out = ('exc', type(e).__name__)\n        os.write(w, pickle.dumps(out)); os._exit(0)\n    os.close(w); os.waitpid(pid, 0); data = os.read(r, 1 << 20); os.close(r)\n    return pickle.loads(data)",
+        "child(lambda: ds[[1, 2]])", "child(lambda: len(ds))", "child(lambda: ds[:])",
+        "#noval\nchild(lambda: ds.append(mk(np.float32, 1, (3,), 2)))", "len(ds)", "ds[:]",
+        "#noval\nchild(lambda: ds.sync())", "#noval\nchild(lambda: ds.close())", "ds[:]",
+        "ds.append(mk(np.float32, 2, (3,), 3))", "#noval\nchild(lambda: ds.close())", "ds.close()",
+    ],
+    "paths": [
+        "DenseStore('dé', np.float32, (2,)).path", "DenseStore('dé').item_shape",
+        "DenseStore('sub/', np.float32, (2,))", "os.makedirs('sub2')\nDenseStore('sub2/x/', np.float32, (2,)).close()\nDenseStore('sub2/x').item_shape",
+        "DenseStore(os.path.abspath('abs'), np.float32, (2,)).close()\nDenseStore('abs').item_shape",
+        "import pathlib\nDenseStore(pathlib.Path('pp'), np.uint8, (1,)).close()\nDenseStore('pp').path",
+        "DenseStore(pathlib.PurePosixPath('pq'), np.uint8, (1,)).path",
+        "class P:\n    def __fspath__(self): return 'fsp'\nDenseStore(P(), np.uint8, (1,)).path",
+        "DenseStore('a b', np.uint8, (1,)).path",
+    ],
+    "pool_views": [
+        "ds2 = DenseStore('big', np.uint8, (1024, 512))\nds2.append(mk(np.uint8, 3, (1024, 512), 1))",
+        "a = ds2[:]\nv = a[0]\nmv = memoryview(a)\nf = np.frombuffer(ds2[[2]], np.uint8)\nsig = (v.sum(), bytes(mv[0, 0, :8]), f[:8].tobytes())\ndel a\nimport gc; gc.collect()\nfor _ in range(5):\n    b = ds2[[1, 0, 2]]; b[:] = 7\n(sig == (v.sum(), bytes(mv[0, 0, :8]), f[:8].tobytes()), int(v.sum()))",
+        "x = ds2[0]\ny = ds2[1]\n(int(x.sum()), int(y.sum()), x.ctypes.data != y.ctypes.data)",
+        "ds3 = DenseStore('big3', np.float64, (300, 200))\nds3.append(mk(np.float64, 4, (300, 200), 2, 4))\nz = ds3[[3]].view(np.uint8)\nw = ds3[[0, 1]]\nw[:] = 0\nbool((z == ds3[[3]].view(np.uint8)).all())",
+    ],
+    "reopen_codec": [
+        "DenseStore('d', np.uint8, (2,)).close()", "DenseStore('d', codec='').codec", "DenseStore('d', codec=0).codec",
+        "DenseStore('d', codec=False).codec", "DenseStore('d', codec='zstd').codec", "DenseStore('d', codec='raw')",
+        "DenseStore('d', codec='lz4')", "DenseStore('d', dtype='u1', codec=None, dict_bytes=None).codec",
+        "DenseStore('d', dtype=np.uint8, item_shape=[2]).item_shape", "DenseStore('d', dtype=np.uint8, item_shape=np.array([2])).item_shape",
+        "DenseStore('d', dtype=np.uint8, item_shape=(2.0,)).item_shape", "DenseStore('d', dtype=np.uint8, item_shape=()).item_shape",
+        "DenseStore('d', dtype=np.uint8, item_shape=2)", "DenseStore('d', dtype=np.int8)", "DenseStore('d', dtype='|u1').dtype",
+        "RaggedStore('r', np.uint8, codec='raw').close()", "RaggedStore('r', codec='').codec", "RaggedStore('r', codec='zstd')",
+    ],
+    "titles": [
+        "DenseStore('t', np.dtype([(('title', 'x'),'<f4'),('y','u1')]), (2,))",
+        "RaggedStore('rt', np.dtype([(('title', 'x'),'<f4'),('y','u1')]))",
+    ],
+    "large": [
+        "ds = DenseStore('d', np.int32, (3,), codec='raw')\nds.append(mk(np.int32, 3000, (3,), 1))",
+        "idx = np.random.default_rng(5).integers(-3000, 3000, 5000)\nds[idx]", "ds[idx.astype('>i8')]", "ds[idx.tolist()]",
+        "ds[(idx % 3000).astype(np.uint16)]", "ds[np.concatenate([idx, [3000]])]", "ds[np.concatenate([idx, [-3001]])]",
+        "ds[np.concatenate([idx, [-3001]]).tolist()]", "ds[np.random.default_rng(6).random(3000) < 0.5]",
+        "ds[(idx % 3000).astype(np.float64)]", "ds[list(range(2999, -1, -1))]", "ds[::-7]",
+        "ds.delete(np.unique(idx % 3000)[:2500])", "len(ds)", "ds[:]", "ds.compact()", "ds[:]",
+        "rs = RaggedStore('r', np.int16, codec='zstd')\nrs.append([mk(np.int16, 1, (i % 7 + 1,), i)[0] for i in range(3000)])",
+        "rs[idx]", "rs[(idx % 3000).astype(np.uint64)]", "rs[np.concatenate([idx, [3000]])]",
+        "rs.delete(np.unique(idx % 3000)[:2800].tolist())", "rs[:]",
+        "big = DenseStore('big', np.float32, (64, 64, 3))\nbig.append(mk(np.float32, 300, (64, 64, 3), 3, 4))",
+        "big[np.random.default_rng(1).integers(0, 300, 256)]", "big[::-3]", "big[np.int64(7)]",
+    ],
+    "ragged_reads": [
+        "rs = RaggedStore('r', np.int16)",
+        "rs.append([np.arange(6, dtype=np.int16).reshape(2, 3), np.int16(7), np.arange(4, dtype=np.int16)[::-1], np.ones((1, 1, 1), np.int16)])",
+        "rs[0]", "rs[1]", "type(rs[1]).__name__", "rs[1].shape", "rs[-1]", "rs[:]", "rs[::-1]", "rs[[]]", "rs[np.array([], np.int64)]", "rs[1:1]",
+        "rs[[3, 3, 0]]", "rs[(0, 1)]", "rs[np.array([True, False, True, False])]", "rs[np.array([True])]", "rs[4]", "rs[-5]", "rs[[4]]",
+        "type(rs[:]).__name__", "[a.flags.writeable for a in rs[:]]", "[a.flags.c_contiguous for a in rs[:]]",
+        "rs[0].flags.writeable", "rs.__getitems__([0, 1])", "rs.__getitems__(np.array([0], np.uint64))",
+        "[a.base is None for a in rs[:]]",
+    ],
+    "dense_flags": [
+        "ds = DenseStore('d', np.float32, (3,))", "ds.append(mk(np.float32, 5, (3,), 1))",
+        "ds[0].flags.writeable", "ds[:].flags.writeable", "ds[0].flags.c_contiguous", "ds[0].base is None", "ds[:].base is None",
+        "ds[[]].shape", "ds[[]].dtype", "ds[5:].shape", "type(ds[:]).__name__",
+        "ds2 = DenseStore('big', np.uint8, (1024, 512))\nds2.append(np.ones((2, 1024, 512), np.uint8))", "ds2[:].flags.writeable", "ds2[0].flags.writeable",
+        "ds2[[0, 1]].sum()", "ds2[0].shape",
+    ],
+}
+
+# ------------------------------------------------------------------ engine
+
+
+def run_impl(impl, progs, tag):
+    """Run programs under one implementation; returns {id: {"steps": {i: r}, "status"}}."""
+    res_path = os.path.join(WORK, f"res_{tag}_{impl}.jsonl")
+    prog_path = os.path.join(WORK, f"progs_{tag}_{impl}.json")
+    with open(prog_path, "w") as f:
+        json.dump(progs, f)
+    if os.path.exists(res_path):
+        os.remove(res_path)
+    results = {p["id"]: {"steps": {}, "status": "pending"} for p in progs}
+    order = [p["id"] for p in progs]
+    start = 0
+    while start < len(progs):
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        py = REF_PY
+        if impl == "ours":
+            if OURS_PATH:
+                env["PYTHONPATH"] = OURS_PATH
+            py = OURS_PY
+        env["PYTHONFAULTHANDLER"] = "1"
+        errp = res_path + ".err"
+        with open(errp, "w") as errf:
+            proc = subprocess.Popen([py, RUNNER, prog_path, res_path, str(start)],
+                                    stdout=subprocess.DEVNULL, stderr=errf, env=env, cwd=WORK)
+        last_size, last_change = -1, time.time()
+        while proc.poll() is None:
+            time.sleep(0.05)
+            sz = os.path.getsize(res_path) if os.path.exists(res_path) else 0
+            if sz != last_size:
+                last_size, last_change = sz, time.time()
+            elif time.time() - last_change > STALL_S:
+                proc.kill()
+                proc.wait()
+                break
+        rc = proc.returncode
+        # parse
+        cur = None
+        with open(res_path) as f:
+            for line in f:
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if d["id"] not in results:
+                    continue
+                r = results[d["id"]]
+                if d.get("done"):
+                    r["status"] = "done"
+                elif d.get("start"):
+                    cur = (d["id"], d["i"])
+                else:
+                    r["steps"][d["i"]] = d["r"]
+        pending = [i for i in order if results[i]["status"] == "pending"]
+        if not pending:
+            break
+        # the first pending program died at `cur`
+        bad = pending[0]
+        status = "hang" if rc in (-9, None) else f"crash(rc={rc})"
+        err_tail = open(errp).read()[-600:]
+        results[bad]["status"] = status
+        if cur and cur[0] == bad and cur[1] not in results[bad]["steps"]:
+            results[bad]["steps"][cur[1]] = {"t": status, "err": err_tail}
+        start = order.index(bad) + 1
+    return results
+
+
+def ours_is_instance_of(r_exc, o_exc):
+    return r_exc["cls"] in o_exc["mro"]
+
+
+def strip(v, shape_only, in_list=False):
+    if isinstance(v, dict):
+        if shape_only and in_list and v.get("t") == "nd":
+            return {"t": "nd", "dtype": v["dtype"]}
+        if shape_only and v.get("t") == "list":
+            return {"t": "list", "n": len(v["v"]), "v": [strip(x, True, True) for x in v["v"]]}
+        out = {}
+        for k, x in v.items():
+            if k == "msg" or k == "err":
+                continue
+            if shape_only and k in ("sha", "bytes", "v") and v.get("t") in ("nd", "nps", "int", "bool", "float"):
+                continue
+            out[k] = strip(x, shape_only)
+        return out
+    if isinstance(v, list):
+        return [strip(x, shape_only) for x in v]
+    return v
+
+
+def compare_step(code, r, o):
+    """None if compatible, else (category, detail)."""
+    mode = ""
+    if code.startswith("#"):
+        mode = code.split("\n", 1)[0]
+    if r is None or o is None:
+        return ("missing", f"ref={r is not None} ours={o is not None}")
+    if r["t"] in ("hang",) or r["t"].startswith("crash"):
+        return ("ref-" + r["t"].split("(")[0], "")
+    if o["t"] in ("hang",) or o["t"].startswith("crash"):
+        return ("ours-" + o["t"].split("(")[0], o.get("err", "")[-300:])
+    if mode == "#info":
+        return ("info", "") if strip(r, False) != strip(o, False) else None
+    re_, oe = r["t"] == "exc", o["t"] == "exc"
+    if re_ and oe:
+        if ours_is_instance_of(r, o):
+            if r.get("code") is not None and o.get("code") != r.get("code"):
+                return ("exc-code", f"ref code {r.get('code')} vs ours {o.get('code')}")
+            return None
+        return ("exc-type", f"ref {r['cls']} vs ours {o['cls']} {o['mro']}")
+    if re_:
+        return ("ours-accepts", f"ref raises {r['cls']}")
+    if oe:
+        return ("ours-raises", f"ours raises {o['cls']}")
+    if mode == "#noval":
+        return None
+    a, b = strip(r, mode == "#shape"), strip(o, mode == "#shape")
+    if a != b:
+        return ("value", "")
+    return None
+
+
+def short(v, n=400):
+    s = json.dumps(v)
+    return s if len(s) <= n else s[:n] + "..."
+
+
+def normalize(code):
+    c = re.sub(r"mk\([^()]*(\([^()]*\))?[^()]*\)", "mk(..)", code)
+    c = re.sub(r"-?\d+", "N", c)
+    c = re.sub(r"\[(N, )*N\]", "[L]", c)
+    c = re.sub(r"\[(True|False)(, (True|False))*\]", "[B]", c)
+    return c[:160]
+
+
+def classify(m):
+    """Known / documented classes of mismatch (None: unclassified)."""
+    step, cat = m["step"], m["cat"]
+    r, o = m["ref"] or {}, m["ours"] or {}
+    om, rm = o.get("msg", ""), r.get("msg", "")
+    oc, rc = o.get("cls", ""), r.get("cls", "")
+    if oc == "StoreClosed" and rc in ("TypeError", "AttributeError"):
+        return "closed-store: ref TypeError/AttributeError, ours StoreClosed(ZrecordError, ValueError)"
+    if oc == "UnsupportedDType":
+        return "DOC: string/datetime/void/longdouble/subarray dtypes refused"
+    if oc == "TypeError" and "item_shape" in om and cat == "ours-raises":
+        return "DOC: item_shape entries must be ints/whole floats"
+    if oc == "IndexError" and "boolean mask of shape" in om:
+        return "DOC: bool mask of wrong length -> IndexError"
+    if oc == "IndexError" and "not a whole number" in om:
+        return "DOC: fractional/non-finite float index -> IndexError"
+    if oc == "ValueError" and cat == "ours-raises" and ("Sampler(" in step or "DataLoader(" in step):
+        return "DOC: zero records / batch_size 0 / unknown mode -> ValueError"
+    if cat == "value" and step.startswith("#shape"):
+        return "DOC: IID/cyclic index streams differ"
+    if cat == "ref-hang":
+        return "ref hangs (ours ok)"
+    if cat == "exc-type" and rc == "OverflowError" and oc == "IndexOutOfRange":
+        return "huge int index: ref OverflowError, ours IndexOutOfRange"
+    if oc == "InvalidIndex" and cat in ("ours-raises", "exc-type"):
+        return "DOC: complex index refused (ref casts it)"
+    if cat == "ours-accepts" and rc == "ZrecordError" and (
+            "list(" in step or " for " in step or "np.asarray(" in step or "np.array(" in step):
+        return "DOC: iteration ends at IndexOutOfRange (an IndexError)"
+    if "RuntimeError" == oc and "StopIteration" in om:
+        return "DOC: a transform raising StopIteration is a RuntimeError"
+    if "align=True" in step or "offsets" in step or "'f1', 'V" in str(r.get("dtype", "")):
+        return "DOC: padded structured dtypes keep their offsets"
+    if "title" in step:
+        return "DOC: titled fields refused"
+    if cat == "ref-crash":
+        return "ref crashes (ours raises)"
+    return None
+
+
+def compare_pair(pid, steps, rr, orr, label, findings, stats):
+    """Compare per step; record the first non-info mismatch per program."""
+    first = True
+    for i, code in enumerate(steps):
+        r = rr["steps"].get(i)
+        o = orr["steps"].get(i)
+        if r is None and o is None:
+            break
+        d = compare_step(code, r, o)
+        stats["steps"] += 1
+        if d is None:
+            continue
+        cat, detail = d
+        if cat == "info":
+            findings["info"].append({"pid": pid, "label": label, "step": code, "ref": r, "ours": o})
+            continue
+        if not first and label != "hand":
+            stats["later"] += 1
+            continue
+        first = False
+        sig = (label.split(":")[0], cat, normalize(code), detail.split(" [")[0] if cat == "exc-type" else
+               (detail if cat in ("ours-accepts", "ours-raises") else ""))
+        findings["mism"].setdefault(repr(sig), []).append({
+            "pid": pid, "label": label, "i": i, "step": code, "cat": cat, "detail": detail,
+            "ref": r, "ours": o, "prefix": steps[:i + 1]})
+        if r is None or o is None or r.get("t") in ("hang",) or (r.get("t") or "").startswith("crash") \
+                or o.get("t") == "hang" or (o.get("t") or "").startswith("crash"):
+            break
+
+
+def _py(impl):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    if impl == "ours":
+        if OURS_PATH:
+            env["PYTHONPATH"] = OURS_PATH
+        return OURS_PY, env
+    return REF_PY, env
+
+
+def lock_interop():
+    """A store held open (writer) by one implementation's process: what does
+    the other implementation's process get when it opens it? And a store
+    held by a process of the same implementation, for comparison."""
+    out = []
+    hold = ("import sys, time, numpy as np\nfrom loaderx.zrecord import DenseStore, RaggedStore\n"
+            "K = DenseStore if sys.argv[1] == 'd' else RaggedStore\n"
+            "s = K('st', np.uint8, (2,)) if sys.argv[1] == 'd' else K('st', np.uint8)\n"
+            "print('ready', flush=True)\ntime.sleep(6)\n")
+    probe = ("import sys, numpy as np\nfrom loaderx.zrecord import DenseStore, RaggedStore\n"
+             "K = DenseStore if sys.argv[1] == 'd' else RaggedStore\n"
+             "try:\n    s = K('st')\n    s.append(np.zeros((1, 2), np.uint8) if sys.argv[1] == 'd' else [b'ab'])\n    print('OPENED+APPENDED', len(s))\n"
+             "except Exception as e:\n    print('EXC', [c.__name__ for c in type(e).__mro__][:3])\n")
+    for kind in ("d", "r"):
+        for holder in ("ref", "ours"):
+            for prober in ("ref", "ours"):
+                d = os.path.join(WORK, f"lock_{kind}_{holder}_{prober}")
+                os.makedirs(d, exist_ok=True)
+                py, env = _py(holder)
+                h = subprocess.Popen([py, "-c", hold, kind], cwd=d, env=env, stdout=subprocess.PIPE, text=True)
+                h.stdout.readline()
+                py2, env2 = _py(prober)
+                r = subprocess.run([py2, "-c", probe, kind], cwd=d, env=env2, capture_output=True, text=True, timeout=60)
+                h.kill()
+                h.wait()
+                out.append(f"lock kind={kind} holder={holder} prober={prober}: {r.stdout.strip()} {r.stderr.strip()[-200:]}")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--only", default=None)
+    ap.add_argument("--no-hand", action="store_true")
+    ap.add_argument("--cross", type=int, default=40)
+    ap.add_argument("--ref", required=True,
+                    help="an interpreter with loaderx 1.7.2 (bash scripts/ref-venv.sh prints one)")
+    ap.add_argument("--ours", required=True,
+                    help="an interpreter that imports this package's loaderx")
+    ap.add_argument("--ours-path", default=None,
+                    help="put on PYTHONPATH for --ours (a wheel installed with pip --target)")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "loaderx-difftest"),
+                    help="work folder; report.txt and report.json are written here")
+    args = ap.parse_args()
+    global REF_PY, OURS_PY, OURS_PATH, WORK, OUT
+    # The runners start in the work folder: paths given relative to here.
+    here = lambda p: os.path.abspath(p) if p and os.sep in p else p  # noqa: E731
+    REF_PY, OURS_PY, OURS_PATH = here(args.ref), here(args.ours), here(args.ours_path)
+    OUT = os.path.abspath(args.out)
+    WORK = os.path.join(OUT, "work")
+    rng = random.Random(args.seed)
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+
+    progs = []  # (pid, kind, steps)
+    pid = 0
+    kinds = [k for k in GENS if not args.only or k == args.only]
+    for _ in range(args.n):
+        kind = rng.choices(kinds, [WEIGHTS[k] for k in kinds])[0]
+        progs.append((f"{kind}{pid}", kind, GENS[kind](rng, pid)))
+        pid += 1
+    if not args.no_hand:
+        for name, steps in HAND.items():
+            progs.append((f"hand_{name}", "hand", steps))
+    crosses = []
+    for _ in range(args.cross if not args.only else 0):
+        w, dt, shape = gen_cross_write(rng, pid)
+        crosses.append((f"cross{pid}", w, cross_read_steps(dt, shape, pid)))
+        pid += 1
+
+    def plist(impl, items, sub=""):
+        return [{"id": p, "dir": os.path.join(WORK, impl + sub, p), "steps": s} for p, s in items]
+
+    # stage 1: ordinary programs + cross write phases, both impls in parallel
+    items = [(p, s) for p, _, s in progs] + [(p, w) for p, w, _ in crosses]
+    t0 = time.time()
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as ex:
+        fr = ex.submit(run_impl, "ref", plist("ref", items), "s1")
+        fo = ex.submit(run_impl, "ours", plist("ours", items), "s1")
+        res_ref, res_ours = fr.result(), fo.result()
+    # stage 2: cross reads; each reader on a copy of each writer's dirs
+    rd = {}
+    for writer in ("ref", "ours"):
+        for reader in ("ref", "ours"):
+            sub = f"_{writer}_by_{reader}"
+            for p, _, _ in crosses:
+                src = os.path.join(WORK, writer, p)
+                dst = os.path.join(WORK, reader + sub, p)
+                if os.path.isdir(src):
+                    shutil.copytree(src, dst)
+    with ThreadPoolExecutor(2) as ex:
+        futs = {}
+        for writer in ("ref", "ours"):
+            for reader in ("ref", "ours"):
+                sub = f"_{writer}_by_{reader}"
+                futs[(writer, reader)] = ex.submit(
+                    run_impl, reader, plist(reader, [(p, r) for p, _, r in crosses], sub), "s2" + sub)
+        rd = {k: f.result() for k, f in futs.items()}
+    # stage 3: the stores each reader modified in stage 2, read back by the
+    # other implementation (writer W, modified by M, read by W) vs (W, W, W)
+    final = ["ds = DenseStore('d')", "(ds.dtype, ds.item_shape, ds.codec, len(ds), ds.has_dict())", "ds[:]",
+             "ds.stats()['records']", "rs = RaggedStore('r')", "(rs.dtype, rs.codec, len(rs))", "rs[:]",
+             "ds.append(ds[:2])\nrs.append(rs[:2])\nds.compact()\nrs.compact()\n(len(ds), len(rs))", "ds[-3:]", "rs[-3:]"]
+    s3 = {}
+    with ThreadPoolExecutor(2) as ex:
+        futs = {}
+        for writer in ("ref", "ours"):
+            for modifier in ("ref", "ours"):
+                sub = f"_{writer}_by_{modifier}"
+                futs[(writer, modifier)] = ex.submit(
+                    run_impl, writer, [{"id": p, "dir": os.path.join(WORK, modifier + sub, p), "steps": final}
+                                       for p, _, _ in crosses], "s3" + sub)
+        s3 = {k: f.result() for k, f in futs.items()}
+    elapsed = time.time() - t0
+
+    findings = {"mism": {}, "info": []}
+    stats = collections.Counter()
+    for p, kind, s in progs:
+        compare_pair(p, s, res_ref[p], res_ours[p], kind, findings, stats)
+    for p, w, r in crosses:
+        compare_pair(p, w, res_ref[p], res_ours[p], "crosswrite", findings, stats)
+        # same files, different reader
+        compare_pair(p, r, rd[("ref", "ref")][p], rd[("ref", "ours")][p], "crossread:ref-written", findings, stats)
+        compare_pair(p, r, rd[("ours", "ref")][p], rd[("ours", "ours")][p], "crossread:ours-written", findings, stats)
+        # native vs native (catches format diffs that both sides read back consistently)
+        compare_pair(p, r, rd[("ref", "ref")][p], rd[("ours", "ours")][p], "crossnative", findings, stats)
+        compare_pair(p, final, s3[("ref", "ref")][p], s3[("ref", "ours")][p], "crossback:ref-written,ours-modified,ref-reads", findings, stats)
+        compare_pair(p, final, s3[("ours", "ours")][p], s3[("ours", "ref")][p], "crossback:ours-written,ref-modified,ours-reads", findings, stats)
+
+    # report
+    lines = [f"programs={len(progs)} crosses={len(crosses)} steps_compared={stats['steps']} "
+             f"time={elapsed:.0f}s distinct_mismatch_signatures={len(findings['mism'])} "
+             f"info_diffs={len(findings['info'])}"]
+    groups = sorted(findings["mism"].items(), key=lambda kv: -len(kv[1]))
+    klass = collections.Counter()
+    for sig, exs in groups:
+        for e in exs:
+            klass[classify(e)] += 1
+    lines.append("classes: " + json.dumps({str(k): v for k, v in klass.items()}, indent=1))
+    groups = [(sig, exs) for sig, exs in groups if classify(exs[0]) is None] + \
+             [(sig, exs) for sig, exs in groups if classify(exs[0]) is not None]
+    for sig, exs in groups:
+        ex = exs[0]
+        lines.append("=" * 100)
+        lines.append(f"[{len(exs)}x] {sig}  class={classify(ex)}")
+        lines.append(f"  e.g. {ex['pid']} ({ex['label']}) step {ex['i']}: {ex['step']!r}")
+        lines.append(f"  ref : {short(ex['ref'])}")
+        lines.append(f"  ours: {short(ex['ours'])}")
+        lines.append("  program prefix:")
+        for s in ex["prefix"][-12:]:
+            lines.append("    | " + s.replace("\n", "\n    | "))
+    lines.append("=" * 100)
+    lines.append("INFO diffs (not counted):")
+    seen = set()
+    for f in findings["info"]:
+        k = normalize(f["step"])
+        if k in seen:
+            continue
+        seen.add(k)
+        lines.append(f"  {f['pid']} {f['label']}: {f['step']!r}\n    ref : {short(f['ref'], 300)}\n    ours: {short(f['ours'], 300)}")
+    if not args.only:
+        lines.append("=" * 100)
+        lines.append("LOCK INTEROP (writer held by one process, opened by another):")
+        lines.extend("  " + x for x in lock_interop())
+    with open(os.path.join(OUT, "report.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(OUT, "report.json"), "w") as f:
+        json.dump(findings, f, indent=1, default=str)
+    print("\n".join(lines[:2]))
+    for sig, exs in groups:
+        if classify(exs[0]) is None:
+            print(f"  [{len(exs)}x] {sig}")
+
+
+if __name__ == "__main__":
+    main()
