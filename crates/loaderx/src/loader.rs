@@ -167,9 +167,10 @@ impl<O: Send + 'static> DataLoader<O> {
     /// # Errors
     /// [`Error::NoStreams`], [`Error::DuplicateStream`],
     /// [`Error::UnequalLengths`] (listing every stream's length),
-    /// [`Error::Config`] for a zero prefetch depth or a count past its
-    /// maximum, and [`Error::Sampler`] for a zero or oversized batch, an
-    /// empty store or a bad shard.
+    /// [`Error::Config`] for a zero prefetch depth, a count past its
+    /// maximum or a batch whose buffers cannot be allocated (`batch_size`,
+    /// naming the stream), and [`Error::Sampler`] for a zero or oversized
+    /// batch, an empty store or a bad shard.
     pub fn with_transform<N, F, E>(
         streams: impl IntoIterator<Item = (N, Stream)>,
         opts: LoaderOptions,
@@ -231,6 +232,18 @@ impl<O: Send + 'static> DataLoader<O> {
         if let Some((rank, world)) = opts.shard {
             sampler = sampler.sharded(rank, world)?;
         }
+        let layout = Arc::new(Layout { names, streams });
+        // The first batch's buffers, allocated now: a batch too large to
+        // allocate is a configuration error here, not a dead producer later.
+        let batch_len = sampler.batch_len();
+        let first_slot = Slot::sized(&layout, batch_len).map_err(|(i, source)| Error::Config {
+            option: "batch_size",
+            detail: format!(
+                "a batch of {batch_len} records of stream {:?} ({}): {source}",
+                layout.names[i],
+                layout.streams[i].describe()
+            ),
+        })?;
 
         // Every batch in flight holds one credit from the moment the producer
         // starts it until the consumer takes it; the pool starts with one slot
@@ -249,9 +262,11 @@ impl<O: Send + 'static> DataLoader<O> {
             tokens: token_tx,
             made: std::sync::atomic::AtomicUsize::new(window),
         });
-        for _ in 0..window {
+        for _ in 1..window {
             pool.put(Slot::new());
         }
+        // Last in, so the producer takes it first.
+        pool.put(first_slot);
         let (shutdown_tx, shutdown_rx) = bounded::<()>(0);
         let (out_tx, out_rx) = bounded::<Item<O>>(opts.prefetch);
 
@@ -267,7 +282,6 @@ impl<O: Send + 'static> DataLoader<O> {
                 }
             })
         });
-        let layout = Arc::new(Layout { names, streams });
 
         let (exit_tx, exit_rx) = unbounded::<()>();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {

@@ -436,6 +436,43 @@ fn counts_that_could_only_end_in_an_abort_are_refused() {
     }
 }
 
+/// Regression: a dense batch buffer too large to allocate (here 2^32
+/// records of 64 MiB: 2^58 bytes, past any address space) aborted the
+/// process from the producer thread. It is refused when the loader is
+/// built, naming the option and the stream.
+#[test]
+fn a_batch_too_large_to_allocate_is_refused_at_construction() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = DenseStore::<u8>::create(
+        dir.path().join("big"),
+        &[1 << 26],
+        &CreateOptions::new(Codec::Raw),
+    )
+    .unwrap();
+    big.append(Array2::<u8>::zeros((1, 1 << 26)).view())
+        .unwrap();
+    let o = LoaderOptions {
+        batch_size: zsampler::MAX_BATCH_SIZE,
+        mode: Mode::Iid,
+        ..LoaderOptions::default()
+    };
+    match DataLoader::new([("big", Stream::from(big))], o) {
+        Err(
+            e @ Error::Config {
+                option: "batch_size",
+                ..
+            },
+        ) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("\"big\"") && m.contains("cannot allocate"),
+                "{m}"
+            );
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
+
 #[test]
 fn closing_does_not_wait_forever_for_a_blocked_transform() {
     let dir = tempfile::tempdir().unwrap();
