@@ -79,28 +79,45 @@ impl LoaderOptions {
     /// them the options are returned unchanged.
     ///
     /// # Errors
-    /// [`Error::Config`] when a variable is present but not a number.
+    /// [`Error::Config`] when a variable is present but not a number, or
+    /// when one variable of a pair is set without the other (`RANK` without
+    /// `WORLD_SIZE`, say): running unsharded then would have every process
+    /// read every batch. `SLURM_PROCID` alone is not an error: an `sbatch`
+    /// script running one process itself sees it without a job step.
     pub fn shard_from_env(self) -> Result<Self> {
         self.shard_from(|k| std::env::var(k).ok())
     }
 
     pub(crate) fn shard_from(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        const PAIRS: [(&str, &str); 4] = [
-            ("LOADERX_RANK", "LOADERX_WORLD_SIZE"),
-            ("RANK", "WORLD_SIZE"),
-            ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS"),
-            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        // (rank variable, world-size variable, whether the rank may be set
+        // alone and mean "not sharded").
+        const PAIRS: [(&str, &str, bool); 4] = [
+            ("LOADERX_RANK", "LOADERX_WORLD_SIZE", false),
+            ("RANK", "WORLD_SIZE", false),
+            ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", true),
+            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", false),
         ];
-        for (rk, wk) in PAIRS {
-            if let (Some(r), Some(w)) = (var(rk), var(wk)) {
-                let parse = |k: &'static str, v: &str| {
-                    v.trim().parse::<usize>().map_err(|_| Error::Config {
-                        option: k,
-                        detail: format!("environment variable {k}={v:?} is not a number"),
-                    })
-                };
-                self.shard = Some((parse(rk, &r)?, parse(wk, &w)?));
-                return Ok(self);
+        let half = |set: &str, missing: &str| Error::Config {
+            option: "shard",
+            detail: format!(
+                "environment variable {set} is set but {missing} is not; set both, or neither to run unsharded"
+            ),
+        };
+        for (rk, wk, rank_alone_ok) in PAIRS {
+            match (var(rk), var(wk)) {
+                (Some(r), Some(w)) => {
+                    let parse = |k: &'static str, v: &str| {
+                        v.trim().parse::<usize>().map_err(|_| Error::Config {
+                            option: k,
+                            detail: format!("environment variable {k}={v:?} is not a number"),
+                        })
+                    };
+                    self.shard = Some((parse(rk, &r)?, parse(wk, &w)?));
+                    return Ok(self);
+                }
+                (Some(_), None) if !rank_alone_ok => return Err(half(rk, wk)),
+                (None, Some(_)) => return Err(half(wk, rk)),
+                _ => {}
             }
         }
         Ok(self)
@@ -692,5 +709,53 @@ mod tests {
             .shard_from(env(&[("RANK", "x"), ("WORLD_SIZE", "2")]))
             .unwrap_err();
         assert!(err.to_string().contains("RANK"), "{err}");
+    }
+
+    /// Regression: `RANK` without `WORLD_SIZE` (or the reverse) ran
+    /// unsharded without a word, so every process read every batch.
+    #[test]
+    fn shard_from_env_refuses_half_a_pair_naming_both_variables() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(name, _)| *name == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        for (pairs, set, missing) in [
+            (&[("RANK", "1")][..], "RANK", "WORLD_SIZE"),
+            (&[("WORLD_SIZE", "4")][..], "WORLD_SIZE", "RANK"),
+            (
+                &[("LOADERX_RANK", "0"), ("RANK", "1"), ("WORLD_SIZE", "2")][..],
+                "LOADERX_RANK",
+                "LOADERX_WORLD_SIZE",
+            ),
+            (
+                &[("SLURM_STEP_NUM_TASKS", "4")][..],
+                "SLURM_STEP_NUM_TASKS",
+                "SLURM_PROCID",
+            ),
+            (
+                &[("OMPI_COMM_WORLD_RANK", "3")][..],
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE",
+            ),
+        ] {
+            match LoaderOptions::default().shard_from(env(pairs)) {
+                Err(
+                    e @ Error::Config {
+                        option: "shard", ..
+                    },
+                ) => {
+                    let m = e.to_string();
+                    assert!(
+                        m.contains(&format!("{set} is set but {missing} is not")),
+                        "{m}"
+                    );
+                }
+                other => panic!("{pairs:?}: {other:?}"),
+            }
+        }
     }
 }
