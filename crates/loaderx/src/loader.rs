@@ -163,6 +163,11 @@ pub struct DataLoader<O> {
     next_step: u64,
     ordered: bool,
     failed: bool,
+    /// Each stream's name and its length when the loader was built (the
+    /// records it samples from), for `Debug`.
+    lengths: Vec<(String, u64)>,
+    /// The options it was built with, for `Debug`.
+    options: LoaderOptions,
 }
 
 impl DataLoader<Batch> {
@@ -377,7 +382,22 @@ impl<O: Send + 'static> DataLoader<O> {
             next_step: opts.start_step,
             ordered: opts.ordered,
             failed: false,
+            lengths,
+            options: opts,
         })
+    }
+}
+
+/// The streams (names and the lengths sampled from), the options, the next
+/// step and whether it has failed; no batch data.
+impl<O> std::fmt::Debug for DataLoader<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataLoader")
+            .field("streams", &self.lengths)
+            .field("options", &self.options)
+            .field("step", &self.next_step)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
     }
 }
 
@@ -653,6 +673,8 @@ mod tests {
             next_step: 5,
             ordered: true,
             failed: false,
+            lengths: Vec::new(),
+            options: LoaderOptions::default(),
         };
         match loader.next() {
             Some(Err(Error::PipelineDied { step: 5 })) => {}

@@ -290,8 +290,7 @@ fn streams_of_different_lengths_are_refused_listing_every_length() {
         [("a", Stream::from(a)), ("b", Stream::from(b))],
         LoaderOptions::default(),
     )
-    .err()
-    .expect("unequal lengths must be refused");
+    .expect_err("unequal lengths must be refused");
     let msg = err.to_string();
     assert!(
         msg.contains("\"a\": 10") && msg.contains("\"b\": 12"),
@@ -470,6 +469,42 @@ fn a_batch_too_large_to_allocate_is_refused_at_construction() {
             );
         }
         other => panic!("{:?}", other.map(|_| ())),
+    }
+}
+
+/// Regression: `Stream` and `DataLoader` had no `Debug`, so neither could
+/// sit in a `#[derive(Debug)]` struct or be printed while debugging.
+#[test]
+fn streams_and_loaders_print_their_names_lengths_and_options() {
+    fn debug<T: std::fmt::Debug>() {}
+    debug::<Stream>();
+    debug::<DataLoader<Batch>>();
+    debug::<DataLoader<u64>>();
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    let x = format!("{:?}", streams[0].1);
+    assert!(x.starts_with("Dense {"), "{x}");
+    assert!(
+        x.contains("item_shape: [3]") && x.contains("len: 1000"),
+        "{x}"
+    );
+    assert!(x.contains("<f4"), "{x}");
+    let tok = format!("{:?}", streams[2].1);
+    assert!(
+        tok.starts_with("Ragged {") && tok.contains("len: 1000"),
+        "{tok}"
+    );
+    let loader = DataLoader::new(streams, opts(2, Mode::Cyclic)).unwrap();
+    let l = format!("{loader:?}");
+    for part in [
+        "DataLoader {",
+        "(\"x\", 1000)",
+        "(\"tok\", 1000)",
+        "batch_size: 64",
+        "workers: 2",
+        "step: 0",
+    ] {
+        assert!(l.contains(part), "{part} in {l}");
     }
 }
 
