@@ -27,9 +27,15 @@ pub const MAX_WORKERS: usize = 1 << 12;
 pub const MAX_START_STEP: u64 = i64::MAX as u64;
 
 /// How a [`DataLoader`] samples and how far it runs ahead.
+///
+/// The loader samples from `0..n`, `n` being the streams' length when it is
+/// built: records appended later are never drawn (see [`DataLoader`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoaderOptions {
-    /// Records per (global) batch. Default 256.
+    /// Records per (global) batch. Default 256. In [`Mode::Cyclic`] a
+    /// store of `n < batch_size` records gives batches of `n` (each one a
+    /// permutation of every record); the other modes always give
+    /// `batch_size` (repeating records when `n < batch_size`).
     pub batch_size: usize,
     /// Sampler mode. Default [`Mode::Cyclic`] (the reference's `mode=2`).
     pub mode: Mode,
@@ -145,6 +151,11 @@ type Item<O> = (u64, Result<O>);
 /// recycled. Dropping the loader stops every thread and waits for them (a
 /// transform still blocked after [`CLOSE_WAIT`] is left to finish on its
 /// own; [`DataLoader::close_within`] takes another limit).
+///
+/// The record count `n` is fixed when the loader is built (all streams must
+/// then hold `n`): records appended to a store afterwards are never sampled,
+/// and an append to only one stream goes undetected. To see new records,
+/// build a new loader (`start_step` continues the step count).
 pub struct DataLoader<O> {
     out: Option<Receiver<Item<O>>>,
     credits: Sender<()>,
