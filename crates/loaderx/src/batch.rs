@@ -70,39 +70,60 @@ impl Slot {
         }
     }
 
+    /// A slot with every column sized for batches of `n` records, so that a
+    /// batch too large to allocate is found when the loader is built rather
+    /// than in its producer. On error, the position of the stream that
+    /// failed and why.
+    pub(crate) fn sized(
+        layout: &Layout,
+        n: usize,
+    ) -> std::result::Result<Slot, (usize, zrecord::Error)> {
+        Ok(Slot {
+            indices: Vec::new(),
+            columns: Slot::columns(layout, n)?,
+        })
+    }
+
+    fn columns(
+        layout: &Layout,
+        n: usize,
+    ) -> std::result::Result<Vec<Column>, (usize, zrecord::Error)> {
+        layout
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match s {
+                Stream::Dense(d) => {
+                    let mut shape = Vec::with_capacity(1 + d.item_shape().len());
+                    shape.push(n);
+                    shape.extend(d.item_shape().iter().map(|&x| x as usize));
+                    let buf = dense_buf(n, d.record_bytes()).map_err(|e| (i, e))?;
+                    Ok(Column::Dense { buf, shape })
+                }
+                Stream::Ragged(_) => Ok(Column::Ragged(RaggedBatch::new())),
+            })
+            .collect()
+    }
+
     /// Gathers every stream at `indices` into this slot's buffers, sizing
     /// them on first use. On error, names the stream that failed.
     pub(crate) fn fill(&mut self, layout: &Layout, indices: &[u64], step: u64) -> Result<()> {
+        let failed = |i: usize, source| Error::Store {
+            step,
+            stream: layout.names[i].clone(),
+            source,
+        };
         self.indices.clear();
         self.indices.extend_from_slice(indices);
         if self.columns.is_empty() {
-            self.columns = layout
-                .streams
-                .iter()
-                .map(|s| match s {
-                    Stream::Dense(d) => {
-                        let mut shape = Vec::with_capacity(1 + d.item_shape().len());
-                        shape.push(indices.len());
-                        shape.extend(d.item_shape().iter().map(|&x| x as usize));
-                        Column::Dense {
-                            buf: AlignedBuf::zeroed(indices.len() * d.record_bytes()),
-                            shape,
-                        }
-                    }
-                    Stream::Ragged(_) => Column::Ragged(RaggedBatch::new()),
-                })
-                .collect();
+            self.columns = Slot::columns(layout, indices.len()).map_err(|(i, e)| failed(i, e))?;
         }
-        for ((stream, column), name) in layout
-            .streams
-            .iter()
-            .zip(self.columns.iter_mut())
-            .zip(&layout.names)
-        {
+        for (i, (stream, column)) in layout.streams.iter().zip(&mut self.columns).enumerate() {
             let res = match (stream, column) {
                 (Stream::Dense(d), Column::Dense { buf, shape }) => {
                     if shape[0] != indices.len() {
-                        *buf = AlignedBuf::zeroed(indices.len() * d.record_bytes());
+                        *buf =
+                            dense_buf(indices.len(), d.record_bytes()).map_err(|e| failed(i, e))?;
                         shape[0] = indices.len();
                     }
                     d.gather_bytes_into(indices, buf)
@@ -110,14 +131,22 @@ impl Slot {
                 (Stream::Ragged(r), Column::Ragged(out)) => r.gather_into(indices, out),
                 _ => unreachable!("a slot's columns follow the loader's streams"),
             };
-            res.map_err(|source| Error::Store {
-                step,
-                stream: name.clone(),
-                source,
-            })?;
+            res.map_err(|e| failed(i, e))?;
         }
         Ok(())
     }
+}
+
+/// A zeroed, page-aligned buffer for `n` dense records of `record_bytes`;
+/// an error, not an abort, when the size overflows or cannot be allocated.
+fn dense_buf(n: usize, record_bytes: usize) -> zrecord::Result<AlignedBuf> {
+    let bytes = n
+        .checked_mul(record_bytes)
+        .ok_or_else(|| zrecord::Error::Overflow {
+            context: "a batch buffer".into(),
+            detail: format!("{n} records of {record_bytes} bytes overflow usize"),
+        })?;
+    Ok(AlignedBuf::try_zeroed(bytes)?)
 }
 
 /// One untyped dense column of a batch: what the Python binding hands to
@@ -275,5 +304,30 @@ impl std::fmt::Debug for Batch {
             .field("len", &self.len())
             .field("streams", &self.layout.names)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: batch buffers came from `AlignedBuf::zeroed`, which
+    /// aborts (or panics) on a size it cannot allocate, and their size was
+    /// an unchecked product.
+    #[test]
+    fn a_dense_buffer_that_cannot_be_had_is_an_error() {
+        match dense_buf(usize::MAX, 2) {
+            Err(zrecord::Error::Overflow { detail, .. }) => {
+                assert!(detail.contains(&usize::MAX.to_string()), "{detail}")
+            }
+            other => panic!("{other:?}"),
+        }
+        match dense_buf(1 << 32, 1 << 26) {
+            Err(e @ zrecord::Error::Engine(_)) => {
+                assert!(e.to_string().contains("cannot allocate"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(dense_buf(3, 5).unwrap().len(), 15);
     }
 }

@@ -27,9 +27,15 @@ pub const MAX_WORKERS: usize = 1 << 12;
 pub const MAX_START_STEP: u64 = i64::MAX as u64;
 
 /// How a [`DataLoader`] samples and how far it runs ahead.
+///
+/// The loader samples from `0..n`, `n` being the streams' length when it is
+/// built: records appended later are never drawn (see [`DataLoader`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoaderOptions {
-    /// Records per (global) batch. Default 256.
+    /// Records per (global) batch. Default 256. In [`Mode::Cyclic`] a
+    /// store of `n < batch_size` records gives batches of `n` (each one a
+    /// permutation of every record); the other modes always give
+    /// `batch_size` (repeating records when `n < batch_size`).
     pub batch_size: usize,
     /// Sampler mode. Default [`Mode::Cyclic`] (the reference's `mode=2`).
     pub mode: Mode,
@@ -79,28 +85,45 @@ impl LoaderOptions {
     /// them the options are returned unchanged.
     ///
     /// # Errors
-    /// [`Error::Config`] when a variable is present but not a number.
+    /// [`Error::Config`] when a variable is present but not a number, or
+    /// when one variable of a pair is set without the other (`RANK` without
+    /// `WORLD_SIZE`, say): running unsharded then would have every process
+    /// read every batch. `SLURM_PROCID` alone is not an error: an `sbatch`
+    /// script running one process itself sees it without a job step.
     pub fn shard_from_env(self) -> Result<Self> {
         self.shard_from(|k| std::env::var(k).ok())
     }
 
     pub(crate) fn shard_from(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        const PAIRS: [(&str, &str); 4] = [
-            ("LOADERX_RANK", "LOADERX_WORLD_SIZE"),
-            ("RANK", "WORLD_SIZE"),
-            ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS"),
-            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        // (rank variable, world-size variable, whether the rank may be set
+        // alone and mean "not sharded").
+        const PAIRS: [(&str, &str, bool); 4] = [
+            ("LOADERX_RANK", "LOADERX_WORLD_SIZE", false),
+            ("RANK", "WORLD_SIZE", false),
+            ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", true),
+            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", false),
         ];
-        for (rk, wk) in PAIRS {
-            if let (Some(r), Some(w)) = (var(rk), var(wk)) {
-                let parse = |k: &'static str, v: &str| {
-                    v.trim().parse::<usize>().map_err(|_| Error::Config {
-                        option: k,
-                        detail: format!("environment variable {k}={v:?} is not a number"),
-                    })
-                };
-                self.shard = Some((parse(rk, &r)?, parse(wk, &w)?));
-                return Ok(self);
+        let half = |set: &str, missing: &str| Error::Config {
+            option: "shard",
+            detail: format!(
+                "environment variable {set} is set but {missing} is not; set both, or neither to run unsharded"
+            ),
+        };
+        for (rk, wk, rank_alone_ok) in PAIRS {
+            match (var(rk), var(wk)) {
+                (Some(r), Some(w)) => {
+                    let parse = |k: &'static str, v: &str| {
+                        v.trim().parse::<usize>().map_err(|_| Error::Config {
+                            option: k,
+                            detail: format!("environment variable {k}={v:?} is not a number"),
+                        })
+                    };
+                    self.shard = Some((parse(rk, &r)?, parse(wk, &w)?));
+                    return Ok(self);
+                }
+                (Some(_), None) if !rank_alone_ok => return Err(half(rk, wk)),
+                (None, Some(_)) => return Err(half(wk, rk)),
+                _ => {}
             }
         }
         Ok(self)
@@ -128,6 +151,11 @@ type Item<O> = (u64, Result<O>);
 /// recycled. Dropping the loader stops every thread and waits for them (a
 /// transform still blocked after [`CLOSE_WAIT`] is left to finish on its
 /// own; [`DataLoader::close_within`] takes another limit).
+///
+/// The record count `n` is fixed when the loader is built (all streams must
+/// then hold `n`): records appended to a store afterwards are never sampled,
+/// and an append to only one stream goes undetected. To see new records,
+/// build a new loader (`start_step` continues the step count).
 pub struct DataLoader<O> {
     out: Option<Receiver<Item<O>>>,
     credits: Sender<()>,
@@ -146,6 +174,11 @@ pub struct DataLoader<O> {
     next_step: u64,
     ordered: bool,
     failed: bool,
+    /// Each stream's name and its length when the loader was built (the
+    /// records it samples from), for `Debug`.
+    lengths: Vec<(String, u64)>,
+    /// The options it was built with, for `Debug`.
+    options: LoaderOptions,
 }
 
 impl DataLoader<Batch> {
@@ -167,9 +200,10 @@ impl<O: Send + 'static> DataLoader<O> {
     /// # Errors
     /// [`Error::NoStreams`], [`Error::DuplicateStream`],
     /// [`Error::UnequalLengths`] (listing every stream's length),
-    /// [`Error::Config`] for a zero prefetch depth or a count past its
-    /// maximum, and [`Error::Sampler`] for a zero or oversized batch, an
-    /// empty store or a bad shard.
+    /// [`Error::Config`] for a zero prefetch depth, a count past its
+    /// maximum or a batch whose buffers cannot be allocated (`batch_size`,
+    /// naming the stream), and [`Error::Sampler`] for a zero or oversized
+    /// batch, an empty store or a bad shard.
     pub fn with_transform<N, F, E>(
         streams: impl IntoIterator<Item = (N, Stream)>,
         opts: LoaderOptions,
@@ -231,6 +265,18 @@ impl<O: Send + 'static> DataLoader<O> {
         if let Some((rank, world)) = opts.shard {
             sampler = sampler.sharded(rank, world)?;
         }
+        let layout = Arc::new(Layout { names, streams });
+        // The first batch's buffers, allocated now: a batch too large to
+        // allocate is a configuration error here, not a dead producer later.
+        let batch_len = sampler.batch_len();
+        let first_slot = Slot::sized(&layout, batch_len).map_err(|(i, source)| Error::Config {
+            option: "batch_size",
+            detail: format!(
+                "a batch of {batch_len} records of stream {:?} ({}): {source}",
+                layout.names[i],
+                layout.streams[i].describe()
+            ),
+        })?;
 
         // Every batch in flight holds one credit from the moment the producer
         // starts it until the consumer takes it; the pool starts with one slot
@@ -249,9 +295,11 @@ impl<O: Send + 'static> DataLoader<O> {
             tokens: token_tx,
             made: std::sync::atomic::AtomicUsize::new(window),
         });
-        for _ in 0..window {
+        for _ in 1..window {
             pool.put(Slot::new());
         }
+        // Last in, so the producer takes it first.
+        pool.put(first_slot);
         let (shutdown_tx, shutdown_rx) = bounded::<()>(0);
         let (out_tx, out_rx) = bounded::<Item<O>>(opts.prefetch);
 
@@ -267,7 +315,6 @@ impl<O: Send + 'static> DataLoader<O> {
                 }
             })
         });
-        let layout = Arc::new(Layout { names, streams });
 
         let (exit_tx, exit_rx) = unbounded::<()>();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
@@ -346,7 +393,22 @@ impl<O: Send + 'static> DataLoader<O> {
             next_step: opts.start_step,
             ordered: opts.ordered,
             failed: false,
+            lengths,
+            options: opts,
         })
+    }
+}
+
+/// The streams (names and the lengths sampled from), the options, the next
+/// step and whether it has failed; no batch data.
+impl<O> std::fmt::Debug for DataLoader<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataLoader")
+            .field("streams", &self.lengths)
+            .field("options", &self.options)
+            .field("step", &self.next_step)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
     }
 }
 
@@ -622,6 +684,8 @@ mod tests {
             next_step: 5,
             ordered: true,
             failed: false,
+            lengths: Vec::new(),
+            options: LoaderOptions::default(),
         };
         match loader.next() {
             Some(Err(Error::PipelineDied { step: 5 })) => {}
@@ -678,5 +742,53 @@ mod tests {
             .shard_from(env(&[("RANK", "x"), ("WORLD_SIZE", "2")]))
             .unwrap_err();
         assert!(err.to_string().contains("RANK"), "{err}");
+    }
+
+    /// Regression: `RANK` without `WORLD_SIZE` (or the reverse) ran
+    /// unsharded without a word, so every process read every batch.
+    #[test]
+    fn shard_from_env_refuses_half_a_pair_naming_both_variables() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(name, _)| *name == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        for (pairs, set, missing) in [
+            (&[("RANK", "1")][..], "RANK", "WORLD_SIZE"),
+            (&[("WORLD_SIZE", "4")][..], "WORLD_SIZE", "RANK"),
+            (
+                &[("LOADERX_RANK", "0"), ("RANK", "1"), ("WORLD_SIZE", "2")][..],
+                "LOADERX_RANK",
+                "LOADERX_WORLD_SIZE",
+            ),
+            (
+                &[("SLURM_STEP_NUM_TASKS", "4")][..],
+                "SLURM_STEP_NUM_TASKS",
+                "SLURM_PROCID",
+            ),
+            (
+                &[("OMPI_COMM_WORLD_RANK", "3")][..],
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE",
+            ),
+        ] {
+            match LoaderOptions::default().shard_from(env(pairs)) {
+                Err(
+                    e @ Error::Config {
+                        option: "shard", ..
+                    },
+                ) => {
+                    let m = e.to_string();
+                    assert!(
+                        m.contains(&format!("{set} is set but {missing} is not")),
+                        "{m}"
+                    );
+                }
+                other => panic!("{pairs:?}: {other:?}"),
+            }
+        }
     }
 }

@@ -6,7 +6,8 @@ use zrecord::{DType, DenseCore, DenseStore, Element, RaggedCore, RaggedStore};
 
 /// One store a [`crate::DataLoader`] gathers from, dense or ragged, of any
 /// dtype. Cheap to clone (the store is shared behind an `Arc`), so one store
-/// can feed several loaders.
+/// can feed several loaders. `Debug` shows the store's path, dtype, item
+/// shape (dense) and length.
 #[derive(Clone)]
 pub enum Stream {
     /// Fixed-shape records: a batch is one `(B, *item_shape)` array.
@@ -45,6 +46,26 @@ impl Stream {
                 s.item_shape()
             ),
             Stream::Ragged(s) => format!("a ragged stream of {}", s.dtype().to_numpy_str()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stream::Dense(s) => f
+                .debug_struct("Dense")
+                .field("path", &s.path())
+                .field("dtype", &s.dtype().to_string())
+                .field("item_shape", &s.item_shape())
+                .field("len", &s.len())
+                .finish(),
+            Stream::Ragged(s) => f
+                .debug_struct("Ragged")
+                .field("path", &s.path())
+                .field("dtype", &s.dtype().to_string())
+                .field("len", &s.len())
+                .finish(),
         }
     }
 }

@@ -290,8 +290,7 @@ fn streams_of_different_lengths_are_refused_listing_every_length() {
         [("a", Stream::from(a)), ("b", Stream::from(b))],
         LoaderOptions::default(),
     )
-    .err()
-    .expect("unequal lengths must be refused");
+    .expect_err("unequal lengths must be refused");
     let msg = err.to_string();
     assert!(
         msg.contains("\"a\": 10") && msg.contains("\"b\": 12"),
@@ -433,6 +432,145 @@ fn counts_that_could_only_end_in_an_abort_are_refused() {
         }
         std::fs::remove_dir_all(dir.path()).unwrap();
         std::fs::create_dir(dir.path()).unwrap();
+    }
+}
+
+/// Regression: a dense batch buffer too large to allocate (here 2^32
+/// records of 64 MiB: 2^58 bytes, past any address space) aborted the
+/// process from the producer thread. It is refused when the loader is
+/// built, naming the option and the stream.
+#[test]
+fn a_batch_too_large_to_allocate_is_refused_at_construction() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = DenseStore::<u8>::create(
+        dir.path().join("big"),
+        &[1 << 26],
+        &CreateOptions::new(Codec::Raw),
+    )
+    .unwrap();
+    big.append(Array2::<u8>::zeros((1, 1 << 26)).view())
+        .unwrap();
+    let o = LoaderOptions {
+        batch_size: zsampler::MAX_BATCH_SIZE,
+        mode: Mode::Iid,
+        ..LoaderOptions::default()
+    };
+    match DataLoader::new([("big", Stream::from(big))], o) {
+        Err(
+            e @ Error::Config {
+                option: "batch_size",
+                ..
+            },
+        ) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("\"big\"") && m.contains("cannot allocate"),
+                "{m}"
+            );
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
+
+/// Pins what `DataLoader`'s docs say: the record count is fixed when the
+/// loader is built, so later appends are never sampled, and an append to
+/// one stream only is not detected.
+#[test]
+fn records_appended_after_the_loader_is_built_are_never_sampled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mk = |name: &str| {
+        let s =
+            DenseStore::<i64>::create(dir.path().join(name), &[], &CreateOptions::new(Codec::Raw))
+                .unwrap();
+        s.append(Array1::from_iter(0..100i64).view()).unwrap();
+        Arc::new(s.into_core())
+    };
+    let (y, z) = (mk("y"), mk("z"));
+    let o = LoaderOptions {
+        batch_size: 30,
+        mode: Mode::Sequential,
+        ..LoaderOptions::default()
+    };
+    let mut loader = DataLoader::new(
+        [("y", Stream::from(Arc::clone(&y))), ("z", Stream::from(z))],
+        o,
+    )
+    .unwrap();
+    let first = loader.next().unwrap().unwrap();
+    assert_eq!(first.step, 0);
+    drop(first);
+    let more: Vec<i64> = (100..200).collect();
+    y.append_bytes(bytemuck::cast_slice(&more)).unwrap();
+    assert_eq!(y.len(), 200);
+    for item in loader.take(20) {
+        let b = item.unwrap().value;
+        let ys = b.dense::<i64>("y").unwrap();
+        assert!(ys.iter().all(|&v| v < 100), "step {}: {ys}", b.step());
+        assert!(b.indices().iter().all(|&i| i < 100));
+    }
+}
+
+/// Pins `LoaderOptions::batch_size`'s docs: in Cyclic mode a store of fewer
+/// records than `batch_size` gives batches of all of them; the other modes
+/// give `batch_size`.
+#[test]
+fn a_store_smaller_than_the_batch_gives_short_batches_only_in_cyclic_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    for (mode, want) in [(Mode::Cyclic, 10), (Mode::Sequential, 64), (Mode::Iid, 64)] {
+        let path = dir.path().join(format!("{mode:?}"));
+        let s = DenseStore::<i64>::create(&path, &[], &CreateOptions::new(Codec::Raw)).unwrap();
+        s.append(Array1::from_iter(0..10i64).view()).unwrap();
+        let o = LoaderOptions {
+            batch_size: 64,
+            mode,
+            ..LoaderOptions::default()
+        };
+        let loader = DataLoader::new([("y", Stream::from(s))], o).unwrap();
+        for item in loader.take(3) {
+            let b = item.unwrap().value;
+            assert_eq!(b.len(), want, "{mode:?}");
+            if mode == Mode::Cyclic {
+                let mut seen = b.indices().to_vec();
+                seen.sort_unstable();
+                assert_eq!(seen, (0..10).collect::<Vec<u64>>());
+            }
+        }
+    }
+}
+
+/// Regression: `Stream` and `DataLoader` had no `Debug`, so neither could
+/// sit in a `#[derive(Debug)]` struct or be printed while debugging.
+#[test]
+fn streams_and_loaders_print_their_names_lengths_and_options() {
+    fn debug<T: std::fmt::Debug>() {}
+    debug::<Stream>();
+    debug::<DataLoader<Batch>>();
+    debug::<DataLoader<u64>>();
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    let x = format!("{:?}", streams[0].1);
+    assert!(x.starts_with("Dense {"), "{x}");
+    assert!(
+        x.contains("item_shape: [3]") && x.contains("len: 1000"),
+        "{x}"
+    );
+    assert!(x.contains("<f4"), "{x}");
+    let tok = format!("{:?}", streams[2].1);
+    assert!(
+        tok.starts_with("Ragged {") && tok.contains("len: 1000"),
+        "{tok}"
+    );
+    let loader = DataLoader::new(streams, opts(2, Mode::Cyclic)).unwrap();
+    let l = format!("{loader:?}");
+    for part in [
+        "DataLoader {",
+        "(\"x\", 1000)",
+        "(\"tok\", 1000)",
+        "batch_size: 64",
+        "workers: 2",
+        "step: 0",
+    ] {
+        assert!(l.contains(part), "{part} in {l}");
     }
 }
 

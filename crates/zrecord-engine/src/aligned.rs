@@ -9,6 +9,8 @@ use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
+use crate::error::{Error, Result};
+
 /// Alignment of [`AlignedBuf`]: one 4 KiB page.
 pub const PAGE: usize = 4096;
 
@@ -32,25 +34,50 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
-    /// Allocates `len` zero bytes, page-aligned. Panics only if the
-    /// allocator fails (like `Vec`).
+    /// Allocates `len` zero bytes, page-aligned. Like `Vec`, aborts the
+    /// process if the allocator fails, and panics if `len` is past what one
+    /// allocation may be; [`AlignedBuf::try_zeroed`] reports both instead.
     pub fn zeroed(len: usize) -> AlignedBuf {
+        match Self::try_zeroed(len) {
+            Ok(b) => b,
+            Err(_) => match Self::layout(len) {
+                Some(layout) => std::alloc::handle_alloc_error(layout),
+                None => panic!("a buffer of {len} bytes overflows the address space"),
+            },
+        }
+    }
+
+    /// Allocates `len` zero bytes, page-aligned, or returns
+    /// [`Error::Alloc`] when the allocator refuses or `len` rounded up to a
+    /// page is past `isize::MAX`. Never panics or aborts: for sizes that
+    /// come from a caller or a file.
+    ///
+    /// ```
+    /// use zrecord_engine::AlignedBuf;
+    /// assert!(AlignedBuf::try_zeroed(usize::MAX).is_err());
+    /// assert_eq!(AlignedBuf::try_zeroed(100)?.len(), 100);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_zeroed(len: usize) -> Result<AlignedBuf> {
         if len == 0 {
             // A non-null, page-aligned pointer that is never dereferenced.
             let ptr = NonNull::new(std::ptr::without_provenance_mut(PAGE)).expect("nonzero");
-            return AlignedBuf { ptr, len: 0 };
+            return Ok(AlignedBuf { ptr, len: 0 });
         }
-        let layout = Self::layout(len);
-        // SAFETY: `layout` has a nonzero size.
+        let layout = Self::layout(len).ok_or(Error::Alloc { bytes: len })?;
+        // SAFETY: `alloc_zeroed` needs a layout of nonzero size, which
+        // `len > 0` gives; `Layout` itself checked the size and alignment.
+        // A null return is a refusal, handled below, never dereferenced.
         let p = unsafe { alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(p) else {
-            std::alloc::handle_alloc_error(layout)
-        };
-        AlignedBuf { ptr, len }
+        let ptr = NonNull::new(p).ok_or(Error::Alloc { bytes: len })?;
+        Ok(AlignedBuf { ptr, len })
     }
 
-    fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len, PAGE).expect("buffer length overflows the address space")
+    /// The layout of a `len`-byte buffer; `None` past `isize::MAX` once
+    /// rounded up to a page. Every `AlignedBuf` of nonzero length was
+    /// allocated with `layout(len)`, so it is `Some` for them.
+    fn layout(len: usize) -> Option<Layout> {
+        Layout::from_size_align(len, PAGE).ok()
     }
 }
 
@@ -73,8 +100,10 @@ impl DerefMut for AlignedBuf {
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         if self.len > 0 {
-            // SAFETY: allocated in `zeroed` with exactly this layout.
-            unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+            let layout = Self::layout(self.len).expect("allocated with this layout");
+            // SAFETY: `ptr` was allocated in `try_zeroed` with exactly this
+            // layout (same `len`, same alignment) and is freed only here.
+            unsafe { dealloc(self.ptr.as_ptr(), layout) }
         }
     }
 }
@@ -99,5 +128,26 @@ mod tests {
             assert_eq!(b.as_ptr() as usize % PAGE, 0);
             assert!(b.iter().all(|&x| x == 0));
         }
+    }
+
+    /// Regression: the only constructor aborted the process (or panicked)
+    /// when a buffer could not be had, so a caller sizing one from user
+    /// input (a loader's batch) could not report it.
+    #[test]
+    fn try_zeroed_reports_sizes_it_cannot_allocate() {
+        // Past isize::MAX: no Layout.
+        for len in [usize::MAX, isize::MAX as usize] {
+            assert!(
+                matches!(AlignedBuf::try_zeroed(len), Err(Error::Alloc { bytes }) if bytes == len),
+                "{len}"
+            );
+        }
+        // A Layout, but more than any address space holds: the allocator
+        // refuses.
+        let huge = 1usize << 62;
+        let e = AlignedBuf::try_zeroed(huge).unwrap_err();
+        assert!(e.to_string().contains(&huge.to_string()), "{e}");
+        let b = AlignedBuf::try_zeroed(10_000).unwrap();
+        assert_eq!((b.len(), b.as_ptr() as usize % PAGE), (10_000, 0));
     }
 }

@@ -22,7 +22,9 @@ struct WriteGroup<'a> {
 
 impl Engine {
     /// Appends `data.len() / record_bytes` records of `record_bytes` each.
-    /// Returns the index of the first new record (the old length).
+    /// Returns the index of the first new record (the old length). Empty
+    /// `data` appends nothing and returns the length: a no-op, not an error
+    /// (the typed stores above refuse an empty batch themselves).
     pub fn append_fixed(&self, data: &[u8], record_bytes: usize) -> Result<u64> {
         if record_bytes == 0 {
             return Err(Error::InvalidArgument("record_bytes must be > 0".into()));
@@ -40,7 +42,8 @@ impl Engine {
     /// Appends variable-width records: record k is
     /// `data[offsets[k]..offsets[k + 1]]` (`offsets.len() == n + 1`,
     /// `offsets[0] == 0`, nondecreasing, last `== data.len()`). Records must
-    /// be non-empty.
+    /// be non-empty; zero records (`offsets == [0]`) is a no-op returning
+    /// the length, as in [`Engine::append_fixed`].
     pub fn append_var(&self, data: &[u8], offsets: &[usize]) -> Result<u64> {
         let recs = split_var(data, offsets, "")?;
         self.append_records(&recs)

@@ -131,6 +131,15 @@ pub enum Error {
         /// zstd's own error.
         reason: String,
     },
+    /// A buffer could not be allocated: the allocator refused, or the size
+    /// is past what one allocation may be (`isize::MAX`, rounded to a page).
+    #[error(
+        "cannot allocate a buffer of {bytes} bytes: out of memory, or larger than one allocation may be"
+    )]
+    Alloc {
+        /// The size asked for.
+        bytes: usize,
+    },
     /// A previous write or sync failed; the in-memory state may no longer
     /// match the disk, so the handle refuses further writes. Reopen the store.
     #[error("store {path}: a previous I/O error poisoned this handle; reopen the store")]

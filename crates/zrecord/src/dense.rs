@@ -445,9 +445,18 @@ impl<T: Element> DenseStore<T> {
     ) -> Result<()> {
         let want = self.batch_shape(indices.len());
         if out.shape() != want.as_slice() {
+            // The shape found is the caller's output view's, not the
+            // store's: say so, or "holds shape" reads as the store's.
             return Err(Error::ShapeMismatch {
-                context: format!("gather from {}", self.core.path().display()),
-                expected: format!("{want:?}"),
+                context: format!(
+                    "the output view of gather_into from {}",
+                    self.core.path().display()
+                ),
+                expected: format!(
+                    "{want:?} ({} records of item shape {:?})",
+                    indices.len(),
+                    self.core.item_shape
+                ),
                 found: out.shape().iter().map(|&d| d as u64).collect(),
             });
         }

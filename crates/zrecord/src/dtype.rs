@@ -500,6 +500,13 @@ impl DType {
 
     /// Converts `data` (a whole number of items of this dtype) in place from
     /// this dtype's byte order to the host's. A no-op for native dtypes.
+    ///
+    /// Does not panic for a hand-built dtype (the fields are public) whose
+    /// sizes no parsed dtype has: a scalar of 0 or 1 bytes (a complex of
+    /// under 2 bytes per part) has nothing to swap, and a structured dtype
+    /// whose item size overflows `usize` or is larger than `data` fits no
+    /// whole item, so `data` is left unchanged. Bytes past the last whole
+    /// item are left as they are.
     pub fn swap_to_native(&self, data: &mut [u8]) {
         if self.is_native() {
             return;
@@ -511,18 +518,25 @@ impl DType {
                 } else {
                     *size
                 };
-                for c in data.chunks_exact_mut(w) {
-                    c.reverse();
+                if w > 1 {
+                    for c in data.chunks_exact_mut(w) {
+                        c.reverse();
+                    }
                 }
             }
             DType::Padding(_) => {}
             DType::Structured(_) => {
-                let mut ops = Vec::new();
-                self.swap_ops(0, &mut ops);
-                let item = self.itemsize();
-                if item == 0 {
+                // Checked before any op is listed: once the item fits in
+                // `data`, every offset below is at most `data.len()` and the
+                // ops are at most one per byte.
+                let Some(item) = self.checked_itemsize() else {
+                    return;
+                };
+                if item == 0 || item > data.len() {
                     return;
                 }
+                let mut ops = Vec::new();
+                self.swap_ops(0, &mut ops);
                 for rec in data.chunks_exact_mut(item) {
                     for &(off, width, count) in &ops {
                         for k in 0..count {
@@ -535,15 +549,33 @@ impl DType {
         }
     }
 
+    /// Bytes per element, `None` where [`DType::itemsize`] would saturate.
+    fn checked_itemsize(&self) -> Option<usize> {
+        match self {
+            DType::Scalar { size, .. } => Some(*size),
+            DType::Padding(n) => Some(*n),
+            DType::Structured(fields) => fields.iter().try_fold(0usize, |acc, f| {
+                let n = f.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+                acc.checked_add(f.dtype.checked_itemsize()?.checked_mul(n)?)
+            }),
+        }
+    }
+
     /// (offset, width, count) runs of non-native scalars inside one item.
+    /// Only for a dtype whose [`DType::checked_itemsize`] is `Some`: every
+    /// product below is then at most the item size.
     fn swap_ops(&self, base: usize, ops: &mut Vec<(usize, usize, usize)>) {
         match self {
             DType::Scalar { kind, size, order } => {
                 if *order != ByteOrder::NATIVE && *order != ByteOrder::NotApplicable {
-                    if *kind == ScalarKind::Complex {
-                        ops.push((base, size / 2, 2));
+                    let (width, count) = if *kind == ScalarKind::Complex {
+                        (size / 2, 2)
                     } else {
-                        ops.push((base, *size, 1));
+                        (*size, 1)
+                    };
+                    // A one-byte (or empty) scalar reads the same either way.
+                    if width > 1 {
+                        ops.push((base, width, count));
                     }
                 }
             }
@@ -551,8 +583,13 @@ impl DType {
             DType::Structured(fields) => {
                 let mut off = base;
                 for f in fields {
-                    let n: usize = f.shape.iter().product();
                     let w = f.dtype.itemsize();
+                    if w == 0 {
+                        // Nothing to swap however many there are (their
+                        // count alone may overflow).
+                        continue;
+                    }
+                    let n: usize = f.shape.iter().product();
                     for k in 0..n {
                         f.dtype.swap_ops(off + k * w, ops);
                     }
@@ -1195,6 +1232,64 @@ mod tests {
         dt.swap_to_native(&mut bytes);
         assert_eq!(bytes, [4, 3, 2, 1, 9, 9, 9, 9, 6, 5, 8, 7]);
         assert!(dt.to_native().is_native());
+    }
+
+    /// Regression: `swap_to_native` panicked on hand-built dtypes: a size-0
+    /// scalar ("chunk size must be non-zero") and a structured dtype whose
+    /// field shape overflows `usize` (multiply overflow).
+    #[test]
+    fn swap_to_native_of_a_hand_built_dtype_does_not_panic() {
+        let other = if ByteOrder::NATIVE == ByteOrder::Little {
+            ByteOrder::Big
+        } else {
+            ByteOrder::Little
+        };
+        let scalar = |kind, size| DType::Scalar {
+            kind,
+            size,
+            order: other,
+        };
+        let field = |dtype, shape: Vec<usize>| Field {
+            name: "a".into(),
+            dtype,
+            shape,
+        };
+        for dt in [
+            scalar(ScalarKind::Int, 0),
+            scalar(ScalarKind::Int, 1),
+            scalar(ScalarKind::Complex, 0),
+            scalar(ScalarKind::Complex, 2),
+        ] {
+            let mut b = [1u8, 2, 3, 4];
+            dt.swap_to_native(&mut b);
+            assert_eq!(b, [1, 2, 3, 4], "{dt:?}");
+        }
+        let i4 = scalar(ScalarKind::Int, 4);
+        for shape in [
+            vec![usize::MAX, 2],
+            // Wraps to 0 bytes in a release build.
+            vec![1 << 62, 4],
+            // Fits in usize, but no whole item in 64 bytes (and listing
+            // its 2^40 swaps would exhaust memory).
+            vec![1 << 40],
+        ] {
+            let dt = DType::Structured(vec![field(i4.clone(), shape.clone())]);
+            let mut b: Vec<u8> = (0..64).collect();
+            dt.swap_to_native(&mut b);
+            assert_eq!(b, (0..64).collect::<Vec<u8>>(), "{shape:?}");
+        }
+        // A zero-size field, however many, leaves the others swapped.
+        let dt = DType::Structured(vec![
+            field(scalar(ScalarKind::Int, 0), vec![usize::MAX]),
+            Field {
+                name: "b".into(),
+                dtype: i4,
+                shape: vec![],
+            },
+        ]);
+        let mut b = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        dt.swap_to_native(&mut b);
+        assert_eq!(b, [4, 3, 2, 1, 8, 7, 6, 5]);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo};
+use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
 
 use crate::error::{Error, Result};
 
@@ -197,11 +197,7 @@ macro_rules! from_int_ranges {
         }
         impl From<RangeInclusive<$t>> for Indices<'static> {
             fn from(r: RangeInclusive<$t>) -> Self {
-                let end = sat(*r.end());
-                // `a..=-1` means "through the last record", which no
-                // exclusive stop can express after wrapping; use None.
-                let stop = if end == -1 { None } else { Some(end.saturating_add(1)) };
-                Indices::range(Some(sat(*r.start())), stop, 1)
+                Indices::range(Some(sat(*r.start())), inclusive_stop(sat(*r.end())), 1)
             }
         }
         impl From<RangeFrom<$t>> for Indices<'static> {
@@ -214,11 +210,27 @@ macro_rules! from_int_ranges {
                 Indices::range(None, Some(sat(r.end)), 1)
             }
         }
+        impl From<RangeToInclusive<$t>> for Indices<'static> {
+            fn from(r: RangeToInclusive<$t>) -> Self {
+                Indices::range(None, inclusive_stop(sat(r.end)), 1)
+            }
+        }
     )*};
 }
 
 fn sat<T: TryInto<i64>>(v: T) -> i64 {
     v.try_into().unwrap_or(i64::MAX)
+}
+
+/// The exclusive stop of a range that ends at `end` inclusive. `..=-1`
+/// means "through the last record", which no exclusive stop can express
+/// after wrapping (`0` would be empty): `None`.
+fn inclusive_stop(end: i64) -> Option<i64> {
+    if end == -1 {
+        None
+    } else {
+        Some(end.saturating_add(1))
+    }
 }
 
 from_signed!(i32, i64);
@@ -352,6 +364,21 @@ mod tests {
         assert_eq!(resolve(&(1..=2).into(), 4).unwrap(), vec![1, 2]);
         assert_eq!(resolve(&(-2..=-1).into(), 4).unwrap(), vec![2, 3]);
         assert_eq!(resolve(&(..).into(), 3).unwrap(), vec![0, 1, 2]);
+    }
+
+    /// Regression: every other range form converted, `..=k` did not.
+    #[test]
+    fn range_to_inclusive_converts_like_the_other_ranges() {
+        assert_eq!(resolve(&(..=2).into(), 4).unwrap(), vec![0, 1, 2]);
+        assert_eq!(resolve(&(..=2u64).into(), 4).unwrap(), vec![0, 1, 2]);
+        assert_eq!(resolve(&(..=-1i64).into(), 4).unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(resolve(&(..=-2).into(), 4).unwrap(), vec![0, 1, 2]);
+        assert_eq!(resolve(&(..=9usize).into(), 4).unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(resolve(&(..=u64::MAX).into(), 2).unwrap(), vec![0, 1]);
+        // Sampler output converts from a slice or a Vec of u64 as it is.
+        let picked: Vec<u64> = vec![3, 1];
+        assert_eq!(resolve(&(&picked).into(), 4).unwrap(), vec![3, 1]);
+        assert_eq!(resolve(&picked[..].into(), 4).unwrap(), vec![3, 1]);
     }
 
     #[test]

@@ -282,8 +282,19 @@ impl RaggedCore {
     }
 
     /// Gathers the records at `indices` into `out`, replacing its contents
-    /// and reusing its capacity.
+    /// and reusing its capacity. On error `out` is left empty, as
+    /// [`RaggedBatch::new`] makes it (capacity kept): never half-filled.
     pub fn gather_into(&self, indices: &[u64], out: &mut RaggedBatch) -> Result<()> {
+        let res = self.fill_batch(indices, out);
+        if res.is_err() {
+            out.reset();
+        }
+        res
+    }
+
+    /// [`Self::gather_into`], which may leave `out` half-filled on error
+    /// (offsets pushed for records whose payloads were never placed).
+    fn fill_batch(&self, indices: &[u64], out: &mut RaggedBatch) -> Result<()> {
         self.check_range(indices)?;
         let n = indices.len();
         out.clear(&self.dtype);
@@ -496,8 +507,8 @@ impl RaggedCore {
 
 /// A gathered ragged batch: every payload packed in one 8-aligned buffer,
 /// with per-record byte offsets and shapes. Reuse one across gathers to
-/// avoid allocating.
-#[derive(Debug, Default, Clone)]
+/// avoid allocating. [`Default`] is [`RaggedBatch::new`].
+#[derive(Debug, Clone)]
 pub struct RaggedBatch {
     /// Shape records then payloads; 8-aligned because it is `u64`s.
     buf: Vec<u64>,
@@ -512,16 +523,23 @@ pub struct RaggedBatch {
 }
 
 impl RaggedBatch {
-    /// An empty batch.
+    /// An empty batch: no records, no dtype, `offsets() == [0]`.
     pub fn new() -> RaggedBatch {
         RaggedBatch {
+            buf: Vec::new(),
+            payload_start: 0,
+            data_len: 0,
             offsets: vec![0],
+            dims: Vec::new(),
             dim_offsets: vec![0],
-            ..Default::default()
+            dtype: None,
+            phys: Vec::new(),
+            goffs: Vec::new(),
         }
     }
 
-    fn clear(&mut self, dtype: &DType) {
+    /// Back to what [`RaggedBatch::new`] makes, keeping the capacity.
+    fn reset(&mut self) {
         self.payload_start = 0;
         self.data_len = 0;
         self.offsets.clear();
@@ -529,9 +547,15 @@ impl RaggedBatch {
         self.dims.clear();
         self.dim_offsets.clear();
         self.dim_offsets.push(0);
-        if self.dtype.as_ref() != Some(dtype) {
-            self.dtype = Some(dtype.clone());
-        }
+        self.dtype = None;
+    }
+
+    /// Empty, ready for records of `dtype` (kept, not cloned, when it is
+    /// already the batch's).
+    fn clear(&mut self, dtype: &DType) {
+        let same = self.dtype.take().filter(|d| d == dtype);
+        self.reset();
+        self.dtype = Some(same.unwrap_or_else(|| dtype.clone()));
     }
 
     /// Number of records.
@@ -599,6 +623,14 @@ impl RaggedBatch {
         let shape: Vec<usize> = self.shape(k).iter().map(|&d| d as usize).collect();
         ArrayViewD::from_shape(IxDyn(&shape), elems)
             .map_err(|e| Error::invalid(format!("record {k} cannot be viewed: {e}")))
+    }
+}
+
+/// The same as [`RaggedBatch::new`]: `offsets()` and `dim_offsets()` hold
+/// their `len() + 1` entries from the start.
+impl Default for RaggedBatch {
+    fn default() -> Self {
+        RaggedBatch::new()
     }
 }
 

@@ -424,6 +424,12 @@ fn parse_number<T: TextFloat>(s: &[u8]) -> Option<(T, usize)> {
 /// A regular file is memory-mapped; anything else that reads as a stream
 /// (a pipe or FIFO, `/dev/stdin`, `/dev/fd/N`, a procfs file, which reports
 /// a size of 0) is read whole into memory first.
+///
+/// # The file must not change during the load
+/// A regular file is memory-mapped: it must not be truncated or written to
+/// until this returns. Truncating it mid-load kills the process with
+/// SIGBUS (the mapped pages past the new end can no longer be read, and no
+/// error can be returned instead); writing to it may give wrong numbers.
 pub fn loadtxt<T: TextFloat>(path: impl AsRef<Path>, opts: &LoadTxtOptions) -> Result<Array2<T>> {
     let path = path.as_ref();
     let text = map_file(path, true)?;
@@ -465,11 +471,18 @@ fn map_file(path: &Path, populate: bool) -> Result<Text> {
         refuse_compressed(path, &bytes)?;
         return Ok(Text::Read(bytes));
     }
-    // SAFETY: the map is read-only and private to this call. Its contents
-    // could change if another process modified the file meanwhile; the parser
-    // treats the bytes as untrusted and never relies on them being stable
-    // between reads (a change yields wrong numbers or an error, not UB in our
-    // code), which is the usual contract of read-only file maps.
+    // SAFETY: memmap2 requires that the file not change while it is mapped,
+    // which this process cannot enforce on a file others may write; the
+    // public functions that map (`loadtxt`, `import_into`,
+    // `import_to_store`) pass that requirement to their caller in their
+    // docs. What breaking it does: truncating the file makes the pages past
+    // its new end unbacked, and the next read of one raises SIGBUS, which
+    // kills the process (no error can be returned). Writing into the file
+    // changes bytes behind the `&[u8]` we hold, which Rust's rules count as
+    // undefined behaviour; the parser treats every byte as untrusted and
+    // bounds-checks its own indices, so in practice that gives wrong numbers
+    // or a parse error, but nothing is promised. The map itself is
+    // read-only and private to this call.
     let mut mo = memmap2::MmapOptions::new();
     if populate {
         mo.populate();
@@ -1614,6 +1627,12 @@ fn parse_span<T: TextFloat>(
 /// same parallel parser as [`loadtxt`], so memory is one window of values
 /// whatever the file's size. Rows before an error stay appended.
 ///
+/// # The file must not change during the load
+/// A regular file is memory-mapped: it must not be truncated or written to
+/// until this returns. Truncating it mid-load kills the process with
+/// SIGBUS (the mapped pages past the new end can no longer be read, and no
+/// error can be returned instead); writing to it may give wrong numbers.
+///
 /// ```
 /// use zrecord::{Codec, CreateOptions, DenseCore, Element};
 /// use zrecord::text::{import_into, LoadTxtOptions};
@@ -1671,6 +1690,9 @@ fn import_text(
 /// (the column count of the text's first data row, or `usecols.len()`) and
 /// imports the text's rows into it with [`import_into`]. A text without
 /// data rows is an error (it fixes no column count).
+///
+/// The text file must not be truncated or written to until this returns:
+/// see [`import_into`].
 pub fn import_to_store<T: TextFloat>(
     txt_path: impl AsRef<Path>,
     store_path: impl AsRef<Path>,

@@ -206,6 +206,24 @@ fn gather_into_checks_shape_and_layout_and_fills_in_place() {
     ));
 }
 
+/// Regression: a (3, 4) output for a 2-record gather said "gather from ..:
+/// holds shape [3, 4], asked for [2, 4]", as if the store held [3, 4]. The
+/// message must say the shape is the output view's and what the gather needs.
+#[test]
+fn gather_into_a_wrong_output_names_the_view_and_the_shape_needed() {
+    let dir = tmp();
+    let s = DenseStore::<f32>::create(dir.path().join("g"), &[4], &CreateOptions::new(Codec::Raw))
+        .unwrap();
+    s.append(Array2::<f32>::zeros((5, 4)).view()).unwrap();
+    let mut wrong = Array2::<f32>::zeros((3, 4));
+    let e = s.gather_into(&[1, 2], wrong.view_mut()).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e:?}");
+    let m = e.to_string();
+    assert!(m.starts_with("the output view of gather_into from "), "{m}");
+    assert!(m.contains("holds shape [3, 4]"), "{m}");
+    assert!(m.contains("[2, 4] (2 records of item shape [4])"), "{m}");
+}
+
 #[test]
 fn append_of_the_wrong_shape_or_dtype_names_both() {
     let dir = tmp();

@@ -269,6 +269,47 @@ fn a_shape_that_disagrees_with_its_payload_is_corruption_naming_the_index() {
     }
 }
 
+/// Regression: a gather that failed at its second record left the batch
+/// half-filled (two offsets, no payload), so `bytes(0)` panicked. A failed
+/// gather must leave the batch as `RaggedBatch::new()` makes it.
+#[test]
+fn a_failed_gather_leaves_the_batch_empty_not_half_filled() {
+    let dir = tmp();
+    let path = dir.path().join("h");
+    {
+        let s = RaggedStore::<u8>::create(&path, &CreateOptions::new(Codec::Raw)).unwrap();
+        s.append_bytes([&[1u8; 16][..], &[2u8; 77][..]]).unwrap();
+        s.sync().unwrap();
+    }
+    overwrite_shape(&path, &shape_record(&[77]), &shape_record(&[78]));
+    let s = RaggedStore::<u8>::open(&path).unwrap();
+    let mut batch = RaggedBatch::new();
+    s.gather_into(&[0], &mut batch).unwrap();
+    assert_eq!(batch.len(), 1);
+    for bad in [&[0u64, 1][..], &[0, 9][..]] {
+        assert!(s.gather_into(bad, &mut batch).is_err());
+        assert_eq!(batch.len(), 0, "{bad:?}");
+        assert_eq!(batch.offsets(), &[0]);
+        assert_eq!(batch.dim_offsets(), &[0]);
+        assert!(batch.data().is_empty() && batch.dims().is_empty());
+        assert_eq!(batch.dtype(), None);
+        // Refills as usual afterwards.
+        s.gather_into(&[0, 0], &mut batch).unwrap();
+        assert_eq!(batch.bytes(1), &[1u8; 16]);
+    }
+}
+
+/// Regression: `RaggedBatch::default()` had `offsets() == []`, while
+/// `new()` has `[0]` and the docs promise `len() + 1` entries.
+#[test]
+fn a_default_batch_is_a_new_batch() {
+    let d = RaggedBatch::default();
+    assert_eq!(d.offsets(), RaggedBatch::new().offsets());
+    assert_eq!(d.offsets(), &[0]);
+    assert_eq!(d.dim_offsets(), &[0]);
+    assert_eq!((d.len(), d.dtype()), (0, None));
+}
+
 /// Regression (audit f11): a shape whose byte count overflows printed
 /// "needs None bytes".
 #[test]
