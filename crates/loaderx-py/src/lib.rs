@@ -107,6 +107,7 @@ fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
         // The binding always gathers with the lengths the store holds, so a
         // disagreement is a damaged entry.
         E::RecordLength { .. } => zerr(py, "CorruptRecord", msg),
+        E::Alloc { .. } => zerr(py, "OutOfMemory", msg),
         E::NotAStore { .. } => zerr(py, "StoreNotFound", msg),
         // Forked children may hold the store: busy until they let go.
         E::StoreBusy { .. } | E::ForkedSinceOpen { .. } => zerr(py, "StoreBusy", msg),
