@@ -23,5 +23,5 @@ cargo test --workspace --locked
 step "examples"
 cargo run --locked -q -p examples --bin quickstart
 
-step "python wheel (maturin) + pytest, with interop against loaderx 1.7.2"
-scripts/py-test.sh
+step "python wheel (maturin) + pytest, with interop against loaderx 1.7.2, then the shared tests on loaderx 1.7.2 itself"
+scripts/py-test.sh --ref

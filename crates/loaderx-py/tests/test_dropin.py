@@ -74,3 +74,10 @@ def test_a_complex_index_is_refused_not_cast():
 def test_a_bool_is_not_a_batch_size():
     with pytest.raises(TypeError):
         Sampler(10, True, 0)
+
+
+def test_a_bool_mode_length_or_seed_is_taken_as_an_int():
+    """Only batch_size refuses a bool in loaderx 1.7.2 (ours refused all
+    of them for a while)."""
+    assert len(Sampler(4, 2, True, seed=False).next()) == 2
+    assert list(Sampler(True, 1, 0).next()) == [0]

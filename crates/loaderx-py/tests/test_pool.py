@@ -9,7 +9,7 @@ import gc
 import numpy as np
 import pytest
 
-from loaderx.zrecord import DenseStore, IndexOutOfRange
+from loaderx.zrecord import DenseStore
 
 from conftest import ours_only, structured_dtype
 
@@ -85,6 +85,7 @@ def test_pooled_gather_keeps_dtype_and_item_shape():
 
 def test_failed_gather_leaves_pool_usable_and_bounded():
     from loaderx import _native
+    from loaderx.zrecord import IndexOutOfRange
     ds, data = _store("raw")
     with pytest.raises(IndexOutOfRange):
         ds[[0, 1, 2, 99]]

@@ -26,8 +26,6 @@ def _u64(value, name):
     """``value`` as an int in ``[0, 2**64)``; the exception types are the
     reference's (TypeError, OverflowError), the message names ``name``."""
     try:
-        if isinstance(value, (bool, np.bool_)):  # an int to operator.index
-            raise TypeError
         v = operator.index(value)
     except TypeError:
         raise TypeError(
@@ -61,6 +59,10 @@ class Sampler(_native.Sampler):
         mode = _u64(mode, "mode")
         if mode > 255:  # OverflowError, as the reference's uint8_t conversion
             raise OverflowError(f"mode must be 0 (sequential), 1 (IID) or 2 (cyclic), got {mode}")
+        if isinstance(batch_size, (bool, np.bool_)):
+            # loaderx 1.7.2 sizes its index buffer with it: a TypeError there
+            # (a bool length, mode or seed is taken as 0 or 1, as there).
+            raise TypeError(f"batch_size must be an integer, got bool {batch_size!r}")
         self._init(_u64(length, "length"), _u64(batch_size, "batch_size"), mode,
                    _u64(seed, "seed"), rank=_u64(rank, "rank"), world=_u64(world, "world"))
 
