@@ -120,6 +120,17 @@ fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
     }
 }
 
+/// [`to_py`] for a failed open: damage found while opening, even in one
+/// record's entry, is the store's (`InvalidStore`, code -8, as loaderx 1.7.2
+/// reports it); `CorruptRecord` (-7) is for a record that fails on read.
+fn open_err(py: Python<'_>, e: zrecord::Error) -> PyErr {
+    match &e {
+        zrecord::Error::Engine(zrecord_engine::Error::Corrupted { .. })
+        | zrecord::Error::Corrupted { .. } => zerr(py, "InvalidStore", e.to_string()),
+        _ => to_py(py, e),
+    }
+}
+
 fn to_py(py: Python<'_>, e: zrecord::Error) -> PyErr {
     use zrecord::Error as E;
     let msg = e.to_string();
@@ -481,7 +492,9 @@ impl PyDenseCore {
         durability: &str,
     ) -> PyResult<Self> {
         let opts = open_options(read_only, level, durability)?;
-        let core = py.detach(|| DenseCore::open(&path, &opts)).or_py(py)?;
+        let core = py
+            .detach(|| DenseCore::open(&path, &opts))
+            .map_err(|e| open_err(py, e))?;
         Ok(PyDenseCore {
             core: RwLock::new(Some(core)),
         })
@@ -833,7 +846,9 @@ impl PyRaggedCore {
         durability: &str,
     ) -> PyResult<Self> {
         let opts = open_options(read_only, level, durability)?;
-        let core = py.detach(|| RaggedCore::open(&path, &opts)).or_py(py)?;
+        let core = py
+            .detach(|| RaggedCore::open(&path, &opts))
+            .map_err(|e| open_err(py, e))?;
         Ok(PyRaggedCore {
             core: RwLock::new(Some(core)),
         })

@@ -81,3 +81,6 @@ def test_a_bool_mode_length_or_seed_is_taken_as_an_int():
     of them for a while)."""
     assert len(Sampler(4, 2, True, seed=False).next()) == 2
     assert list(Sampler(True, 1, 0).next()) == [0]
+    assert list(Sampler(np.True_, 1, np.False_, seed=np.True_).next()) == [0]
+    with pytest.raises(TypeError):
+        Sampler(4, np.True_, 0)

@@ -90,6 +90,23 @@ def test_a_frame_that_fails_to_decode_is_a_corrupt_record(tmp_path, kind):
             assert "record 2" in str(info.value)
 
 
+@pytest.mark.parametrize("field, at, value", [("offset", 0, 0xFFFF0), ("phys_length", 4, 0xFFFF),
+                                              ("chunk_id", 12, 5)])
+def test_a_damaged_entry_found_at_open_is_an_invalid_store(tmp_path, field, at, value):
+    """Damage the open check finds, even in one record's entry, is code -8
+    (the store's), as in loaderx 1.7.2 (this test runs on both packages);
+    -7 is for a record that fails on read."""
+    with DenseStore("s", np.uint8, (64,), "raw") as s:
+        s.append(np.arange(3 * 64, dtype=np.uint8).reshape(3, 64))
+    loc = tmp_path / "s" / "0.loc"
+    raw = bytearray(loc.read_bytes())
+    raw[2 * 16 + at:2 * 16 + at + 4] = value.to_bytes(4, "little")
+    loc.write_bytes(bytes(raw))
+    with pytest.raises(ZrecordError) as info:
+        DenseStore("s")
+    assert info.value.code == -8, f"{field}: {info.value!r}"
+
+
 def test_append_after_close_fails():
     ds = DenseStore("d", np.uint8, (4,))
     ds.close()

@@ -89,7 +89,10 @@ impl LoaderOptions {
     /// when one variable of a pair is set without the other (`RANK` without
     /// `WORLD_SIZE`, say): running unsharded then would have every process
     /// read every batch. `SLURM_PROCID` alone is not an error: an `sbatch`
-    /// script running one process itself sees it without a job step.
+    /// script running one process itself sees it without a job step. The
+    /// pairs are looked at in the order above, and the first one with
+    /// either variable set decides: half of one is an error even when a
+    /// later pair is complete (a stale `RANK` beside SLURM's pair, say).
     pub fn shard_from_env(self) -> Result<Self> {
         self.shard_from(|k| std::env::var(k).ok())
     }
@@ -266,8 +269,10 @@ impl<O: Send + 'static> DataLoader<O> {
             sampler = sampler.sharded(rank, world)?;
         }
         let layout = Arc::new(Layout { names, streams });
-        // The first batch's buffers, allocated now: a batch too large to
-        // allocate is a configuration error here, not a dead producer later.
+        // The first batch's buffers, allocated now: a batch the allocator
+        // refuses is a configuration error here, not a dead producer later
+        // (one it grants under overcommit but cannot back is the kernel's
+        // OOM killer's, as for any allocation).
         let batch_len = sampler.batch_len();
         let first_slot = Slot::sized(&layout, batch_len).map_err(|(i, source)| Error::Config {
             option: "batch_size",

@@ -49,8 +49,12 @@ impl AlignedBuf {
 
     /// Allocates `len` zero bytes, page-aligned, or returns
     /// [`Error::Alloc`] when the allocator refuses or `len` rounded up to a
-    /// page is past `isize::MAX`. Never panics or aborts: for sizes that
-    /// come from a caller or a file.
+    /// page is past `isize::MAX`. Does not panic or abort itself: for sizes
+    /// that come from a caller or a file. What the allocator grants is a
+    /// different matter under Linux's memory overcommit: a size beyond
+    /// memory and swap is refused, but one the kernel grants and cannot
+    /// back ends in the OOM killer once its pages are touched (the
+    /// allocator may zero them here).
     ///
     /// ```
     /// use zrecord_engine::AlignedBuf;

@@ -26,7 +26,9 @@ def _u64(value, name):
     """``value`` as an int in ``[0, 2**64)``; the exception types are the
     reference's (TypeError, OverflowError), the message names ``name``."""
     try:
-        v = operator.index(value)
+        # NumPy's bool has no __index__; loaderx 1.7.2's C call takes it as
+        # 0 or 1, like Python's.
+        v = int(value) if isinstance(value, np.bool_) else operator.index(value)
     except TypeError:
         raise TypeError(
             f"{name} must be an integer, got {type(value).__name__} {value!r}"
