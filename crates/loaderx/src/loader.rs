@@ -699,16 +699,18 @@ mod tests {
         assert!(loader.next().is_none());
     }
 
+    /// An environment holding just `pairs`, for `shard_from`.
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
     #[test]
     fn shard_from_env_prefers_loaderx_then_torchrun_variables() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(name, _)| *name == k)
-                    .map(|(_, v)| (*v).to_owned())
-            }
-        };
         let o = LoaderOptions::default();
         assert_eq!(o.clone().shard_from(env(&[])).unwrap().shard, None);
         let got = o
@@ -753,14 +755,6 @@ mod tests {
     /// unsharded without a word, so every process read every batch.
     #[test]
     fn shard_from_env_refuses_half_a_pair_naming_both_variables() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(name, _)| *name == k)
-                    .map(|(_, v)| (*v).to_owned())
-            }
-        };
         for (pairs, set, missing) in [
             (&[("RANK", "1")][..], "RANK", "WORLD_SIZE"),
             (&[("WORLD_SIZE", "4")][..], "WORLD_SIZE", "RANK"),
