@@ -84,3 +84,20 @@ def test_a_bool_mode_length_or_seed_is_taken_as_an_int():
     assert list(Sampler(np.True_, 1, np.False_, seed=np.True_).next()) == [0]
     with pytest.raises(TypeError):
         Sampler(4, np.True_, 0)
+
+
+@pytest.mark.parametrize("shape", ["ab", ["a", "b"]], ids=["str", "str-entries"])
+def test_an_item_shape_of_letters_is_a_value_error(shape):
+    """loaderx 1.7.2 runs ``int()`` over the entries (a ``ValueError``);
+    ours refuses strings before that, with an error that is both a
+    ``TypeError`` and that ``ValueError``."""
+    with pytest.raises(ValueError):
+        DenseStore("d", np.float32, shape, codec="raw")
+
+
+def test_train_dict_on_an_empty_array_is_an_index_error():
+    """loaderx 1.7.2 indexed the empty array's first row (an ``IndexError``);
+    ours says the array is empty, in an error that is also that type."""
+    from loaderx.utils import train_dict
+    with pytest.raises(IndexError):
+        train_dict(np.zeros((0, 4), np.float32))

@@ -98,13 +98,18 @@ def _identity_dtype(text):
     return np.dtype(text)
 
 
+class _ItemShapeError(TypeError, ValueError):
+    """``item_shape`` is not a sequence of integers. Also a ``ValueError``:
+    loaderx 1.7.2 ran ``int()`` over a string's characters."""
+
+
 def _item_shape(item_shape):
     """``item_shape`` as a tuple of ints: a sequence of integers or
     whole-number floats (fractional floats, strings and bools refused
     rather than truncated or parsed)."""
     if isinstance(item_shape, (str, bytes)) or not hasattr(item_shape, "__iter__"):
         hint = f" (did you mean ({item_shape!r},)?)" if isinstance(item_shape, int) else ""
-        raise TypeError(
+        raise _ItemShapeError(
             f"item_shape must be a sequence of ints, got {type(item_shape).__name__} "
             f"{item_shape!r}{hint}"
         )
@@ -114,7 +119,7 @@ def _item_shape(item_shape):
             dims.append(int(d))  # 2.0, as loaderx 1.7.2's int() takes it
             continue
         if isinstance(d, (bool, np.bool_)) or not hasattr(type(d), "__index__"):
-            raise TypeError(
+            raise _ItemShapeError(
                 f"item_shape entries must be integers, got {type(d).__name__} {d!r} "
                 f"in {item_shape!r}"
             )
