@@ -19,7 +19,11 @@
 //! `-- --profile raw|zstd|zstd_dict [batches]` builds only that store and runs a
 //! fixed number of gathers, then the one-thread memory ceiling on the same
 //! batches, printing wall and CPU time per batch (for perf / callgrind, and
-//! for comparing builds by CPU time on a loaded machine).
+//! for comparing builds by CPU time on a loaded machine). `--level N` writes
+//! the compressed stores (and the frames of their ceilings) at zstd level N
+//! instead of the format's 3 / 19 (a negative level leaves literals
+//! uncompressed: faster to decode, and on these token-like records hardly
+//! smaller than raw; see docs/benchmarks.md).
 //! The stores (about 130 MiB each) live in `$TMPDIR` and are removed
 //! afterwards; they are read from the page cache.
 
@@ -293,6 +297,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .position(|a| a == "--profile")
         .map(|p| args.get(p + 1).map_or("raw", String::as_str));
+    // `--level N`: the zstd level of the compressed stores (and of the
+    // zstd-frames ceiling), instead of the format's 3 / 19.
+    let level: Option<i32> = args
+        .iter()
+        .position(|a| a == "--level")
+        .and_then(|p| args.get(p + 1))
+        .map(|l| l.parse())
+        .transpose()?;
     let codecs: &[Codec] = match profiled {
         Some("zstd") => &[Codec::Zstd],
         Some("zstd_dict") => &[Codec::ZstdDict],
@@ -312,10 +324,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?;
     for &codec in codecs {
         let path = root.path().join(codec.name());
-        let opts = match (&dict, codec) {
+        let mut opts = match (&dict, codec) {
             (Some(d), Codec::ZstdDict) => CreateOptions::with_dictionary(d.clone()),
             _ => CreateOptions::new(codec),
         };
+        if codec != Codec::Raw {
+            opts.level = level;
+        }
         let store = RaggedStore::<i32>::create(&path, &opts)?;
         // Appends of 10,000 records.
         for start in (0..N).step_by(10_000) {
@@ -382,7 +397,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // memory, decoded on every core with one context per thread.
     let frames: Vec<Vec<u8>> = (0..N)
         .into_par_iter()
-        .map(|i| zstd::bulk::compress(&bytes[byte_offsets[i]..byte_offsets[i + 1]], 3).unwrap())
+        .map(|i| {
+            zstd::bulk::compress(
+                &bytes[byte_offsets[i]..byte_offsets[i + 1]],
+                level.unwrap_or(3),
+            )
+            .unwrap()
+        })
         .collect();
     let zstd_ceiling = measure(&batches, t, |b| {
         gather_frames(false, &frames, &byte_offsets, b, &mut out, &mut offs);
@@ -400,7 +421,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (0..N)
                 .into_par_iter()
                 .map_init(
-                    || zstd::bulk::Compressor::with_dictionary(19, d).unwrap(),
+                    || zstd::bulk::Compressor::with_dictionary(level.unwrap_or(19), d).unwrap(),
                     |c, i| {
                         c.compress(&bytes[byte_offsets[i]..byte_offsets[i + 1]])
                             .unwrap()
