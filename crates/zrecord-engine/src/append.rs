@@ -68,18 +68,18 @@ impl Engine {
                 m.len()
             )));
         }
-        if !self.len().is_multiple_of(2) {
-            return Err(Error::InvalidArgument(format!(
-                "paired append on a store of odd length {}",
-                self.len()
-            )));
-        }
         let recs: Vec<&[u8]> = p.iter().zip(&m).flat_map(|(a, b)| [*a, *b]).collect();
-        self.append_records(&recs)
+        self.append_inner(&recs, true)
     }
 
     /// The one append path: every public form lands here.
     pub(crate) fn append_records(&self, recs: &[&[u8]]) -> Result<u64> {
+        self.append_inner(recs, false)
+    }
+
+    /// `append_records`; `paired`: the store's length must be even (checked
+    /// under the append lock, so no other append can change it in between).
+    fn append_inner(&self, recs: &[&[u8]], paired: bool) -> Result<u64> {
         self.check_writable()?;
         for (i, r) in recs.iter().enumerate() {
             if r.len() as u64 > MAX_RECORD_LEN {
@@ -90,7 +90,11 @@ impl Engine {
             }
         }
         if recs.is_empty() {
-            return Ok(self.len());
+            let len = self.len();
+            if paired && !len.is_multiple_of(2) {
+                return Err(odd_length(len));
+            }
+            return Ok(len);
         }
         // Compress (in parallel, one context per rayon job) or store as is,
         // before taking the append lock: a rayon thread waiting for its
@@ -115,6 +119,9 @@ impl Engine {
             )
         };
         let first = header.length;
+        if paired && !first.is_multiple_of(2) {
+            return Err(odd_length(first));
+        }
         let n = recs.len() as u64;
         let new_len = first
             .checked_add(n)
@@ -381,6 +388,10 @@ impl Engine {
         }
         groups
     }
+}
+
+fn odd_length(len: u64) -> Error {
+    Error::InvalidArgument(format!("paired append on a store of odd length {len}"))
 }
 
 /// Whether a thread holding the append lock may hand work to rayon's pool
