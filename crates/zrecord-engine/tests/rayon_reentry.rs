@@ -71,8 +71,10 @@ fn gathers_and_appends_mixed_in_rayon_jobs_do_not_deadlock() {
     for rp in [ReadPath::Mmap, ReadPath::Pread] {
         finishes_within(120, "gathers and appends in one par_iter", move || {
             let dir = tempfile::tempdir().unwrap();
-            let mut cfg = zrecord_engine::EngineConfig::default();
-            cfg.read_path = rp;
+            let cfg = zrecord_engine::EngineConfig {
+                read_path: rp,
+                ..Default::default()
+            };
             let e = Engine::create_with(dir.path(), &CreateOptions::new(Codec::Zstd), cfg).unwrap();
             let expect = |i: u64| record(i, 1000);
             let first: Vec<Vec<u8>> = (0..256).map(expect).collect();
