@@ -68,18 +68,18 @@ impl Engine {
                 m.len()
             )));
         }
-        if !self.len().is_multiple_of(2) {
-            return Err(Error::InvalidArgument(format!(
-                "paired append on a store of odd length {}",
-                self.len()
-            )));
-        }
         let recs: Vec<&[u8]> = p.iter().zip(&m).flat_map(|(a, b)| [*a, *b]).collect();
-        self.append_records(&recs)
+        self.append_inner(&recs, true)
     }
 
     /// The one append path: every public form lands here.
     pub(crate) fn append_records(&self, recs: &[&[u8]]) -> Result<u64> {
+        self.append_inner(recs, false)
+    }
+
+    /// `append_records`; `paired`: the store's length must be even (checked
+    /// under the append lock, so no other append can change it in between).
+    fn append_inner(&self, recs: &[&[u8]], paired: bool) -> Result<u64> {
         self.check_writable()?;
         for (i, r) in recs.iter().enumerate() {
             if r.len() as u64 > MAX_RECORD_LEN {
@@ -89,6 +89,25 @@ impl Engine {
                 )));
             }
         }
+        if recs.is_empty() {
+            let len = self.len();
+            if paired && !len.is_multiple_of(2) {
+                return Err(odd_length(len));
+            }
+            return Ok(len);
+        }
+        // Compress (in parallel, one context per rayon job) or store as is,
+        // before taking the append lock: a rayon thread waiting for its
+        // share of the compression runs other queued jobs meanwhile, and one
+        // of them may be another append on this handle, which would block
+        // on the lock this thread holds.
+        let frames: Vec<Vec<u8>>;
+        let stored: Vec<&[u8]> = if self.codec.codec == Codec::Raw {
+            recs.to_vec()
+        } else {
+            frames = self.compress_all(recs)?;
+            frames.iter().map(|f| &f[..]).collect()
+        };
         let _guard = self.lock_append();
         self.check_poisoned()?;
         let (header, tail_handle, nlocs) = {
@@ -100,22 +119,13 @@ impl Engine {
             )
         };
         let first = header.length;
-        if recs.is_empty() {
-            return Ok(first);
+        if paired && !first.is_multiple_of(2) {
+            return Err(odd_length(first));
         }
         let n = recs.len() as u64;
         let new_len = first
             .checked_add(n)
             .ok_or_else(|| Error::InvalidArgument("store length overflows".into()))?;
-
-        // Compress (in parallel, one context per rayon job) or store as is.
-        let frames: Vec<Vec<u8>>;
-        let stored: Vec<&[u8]> = if self.codec.codec == Codec::Raw {
-            recs.to_vec()
-        } else {
-            frames = self.compress_all(recs)?;
-            frames.iter().map(|f| &f[..]).collect()
-        };
 
         // Placement, in table order.
         let cap = self.cfg.chunk_capacity;
@@ -190,7 +200,7 @@ impl Engine {
         let per_chunk: Vec<&[WriteGroup]> = groups.chunk_by(|a, b| a.chunk == b.chunk).collect();
         match per_chunk[..] {
             [one] => write_file(one)?,
-            _ if !crate::pool_usable() => per_chunk.iter().try_for_each(|gs| write_file(gs))?,
+            _ if !may_wait_on_pool() => per_chunk.iter().try_for_each(|gs| write_file(gs))?,
             _ => per_chunk.par_iter().try_for_each(|gs| write_file(gs))?,
         }
 
@@ -304,7 +314,7 @@ impl Engine {
                 .sync()
                 .map_err(|e| self.poison(Error::io(&h.path, "sync", e)))
         };
-        if crate::pool_usable() {
+        if may_wait_on_pool() {
             touched.par_iter().try_for_each(sync)?;
         } else {
             touched.iter().try_for_each(sync)?;
@@ -378,6 +388,19 @@ impl Engine {
         }
         groups
     }
+}
+
+fn odd_length(len: u64) -> Error {
+    Error::InvalidArgument(format!("paired append on a store of odd length {len}"))
+}
+
+/// Whether a thread holding the append lock may hand work to rayon's pool
+/// and wait for it. Not in a forked child (the pool's threads are in the
+/// parent), and not on a pool thread: while it waits, it runs other queued
+/// jobs, and one that appends to this handle would block on the lock it
+/// holds, forever.
+fn may_wait_on_pool() -> bool {
+    crate::pool_usable() && rayon::current_thread_index().is_none()
 }
 
 /// Splits `data` at `offsets` into non-empty records.

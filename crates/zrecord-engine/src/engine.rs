@@ -144,6 +144,10 @@ pub struct Engine {
     /// [`crate::fork::forks`] when this handle was made: compaction refuses
     /// once the process has forked since (a child may read through it).
     pub(crate) forks_at_open: u64,
+    /// Records whose entry a read-only handle took from a pending delete
+    /// intent: their loc file entries are not written yet (it writes
+    /// nothing), so `verify` does not hold the file to memory there.
+    pub(crate) unapplied: BTreeSet<u64>,
 }
 
 impl Engine {
@@ -273,6 +277,7 @@ impl Engine {
             durable_header: Mutex::new(None),
             pid: std::process::id(),
             forks_at_open: crate::fork::forks(),
+            unapplied: BTreeSet::new(),
         })
     }
 
@@ -545,6 +550,7 @@ impl Engine {
                 map: None,
             }));
         }
+        let unapplied: BTreeSet<u64> = overlay.keys().copied().collect();
         // Every live entry's bytes are backed by the loc files checked above.
         let length_usize = usize::try_from(length)
             .map_err(|_| Error::corrupted(&meta_path, "length exceeds the address space"))?;
@@ -601,6 +607,11 @@ impl Engine {
             durable_header: Mutex::new(marker_header),
             pid: std::process::id(),
             forks_at_open: crate::fork::forks(),
+            unapplied: if read_only {
+                unapplied
+            } else {
+                BTreeSet::new()
+            },
         };
         if !read_only {
             if rolled_back {

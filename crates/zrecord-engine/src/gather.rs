@@ -3,11 +3,12 @@
 
 use crate::aligned::{AlignedBuf, PAGE};
 use crate::codec::{Codec, CodecState};
-use crate::engine::{Engine, State};
+use crate::engine::{Engine, Handle, State};
 use crate::error::{Error, Result};
 use crate::format::Loc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLockReadGuard};
 use zstd::zstd_safe::DCtx;
 
 /// Bounce buffer size for positional reads into unaligned destinations.
@@ -87,7 +88,7 @@ impl Engine {
             }
         })?;
         let mut slices: Vec<&mut [u8]> = dst.chunks_mut(record_bytes).collect();
-        self.read_all(&st, &locs, indices, &mut slices)
+        self.read_all(st, &locs, indices, &mut slices)
     }
 
     /// Reads record k of `indices` into `dst[offsets[k]..offsets[k + 1]]`
@@ -122,7 +123,7 @@ impl Engine {
             }
         })?;
         let mut slices = carve(&mut dst[offsets[0]..], offsets);
-        self.read_all(&st, &locs, indices, &mut slices)
+        self.read_all(st, &locs, indices, &mut slices)
     }
 
     /// Reads the records at `indices` back to back, with one table lookup
@@ -177,7 +178,7 @@ impl Engine {
             .into());
         }
         let mut slices = carve(dst, offsets);
-        Ok(self.read_all(&st, &locs, indices, &mut slices)?)
+        Ok(self.read_all(st, &locs, indices, &mut slices)?)
     }
 
     /// Decoded (and optionally stored) lengths of the records at `indices`.
@@ -235,7 +236,7 @@ impl Engine {
     /// per thread.
     fn read_all(
         &self,
-        st: &State,
+        st: RwLockReadGuard<'_, State>,
         locs: &[Loc],
         indices: &[u64],
         dsts: &mut [&mut [u8]],
@@ -244,12 +245,22 @@ impl Engine {
         let total: usize = locs.iter().map(cost).sum();
         if !crate::pool_usable() {
             // A forked child: the pool's threads are in the parent.
-            return self.read_run(st, &mut self.worker(), dsts, locs, indices);
+            return self.read_run(&st.chunks, &mut self.worker(), dsts, locs, indices);
         }
         let threads = rayon::current_num_threads().max(1);
         if threads == 1 || total <= INLINE_COST || locs.len() < 2 {
-            return self.read_run(st, &mut self.worker(), dsts, locs, indices);
+            return self.read_run(&st.chunks, &mut self.worker(), dsts, locs, indices);
         }
+        // The state lock is released before waiting on the pool: a rayon
+        // thread that waits runs other queued jobs meanwhile, and an append
+        // among them would wait forever for the write lock this thread's
+        // read lock holds back (and, with that writer queued, so would
+        // another gather's read lock). The chunk handles are all the reads
+        // need; they stay valid without the lock, since only compaction,
+        // which takes `&mut self`, drops or truncates chunks.
+        let chunks: Vec<Arc<Handle>> = st.chunks.clone();
+        drop(st);
+        let chunks = &chunks[..];
         // Cut into jobs of about `target` cost each.
         let target = total.div_ceil(threads * JOBS_PER_THREAD);
         let mut jobs = Vec::with_capacity(threads * JOBS_PER_THREAD + 1);
@@ -283,7 +294,7 @@ impl Engine {
                 }
                 let job = jobs[j].lock().unwrap_or_else(|e| e.into_inner()).take();
                 let Some((ds, ls, ix)) = job else { continue };
-                if let Err(e) = self.read_run(st, &mut w, ds, ls, ix) {
+                if let Err(e) = self.read_run(chunks, &mut w, ds, ls, ix) {
                     stop.store(true, Ordering::Relaxed);
                     failed
                         .lock()
@@ -311,20 +322,20 @@ impl Engine {
     /// cache (and TLB) misses that would otherwise stall each copy.
     fn read_run(
         &self,
-        st: &State,
+        chunks: &[Arc<Handle>],
         w: &mut Worker<'_>,
         ds: &mut [&mut [u8]],
         ls: &[Loc],
         ix: &[u64],
     ) -> Result<()> {
         for l in ls.iter().take(PREFETCH_AHEAD) {
-            prefetch(st, l);
+            prefetch(chunks, l);
         }
         for (k, ((d, l), &i)) in ds.iter_mut().zip(ls).zip(ix).enumerate() {
             if let Some(ahead) = ls.get(k + PREFETCH_AHEAD) {
-                prefetch(st, ahead);
+                prefetch(chunks, ahead);
             }
-            self.read_one(st, w, i, l, d)?;
+            self.read_one(chunks, w, i, l, d)?;
         }
         Ok(())
     }
@@ -342,13 +353,13 @@ impl Engine {
     /// record's decoded length.
     fn read_one(
         &self,
-        st: &State,
+        chunks: &[Arc<Handle>],
         w: &mut Worker<'_>,
         index: u64,
         loc: &Loc,
         dst: &mut [u8],
     ) -> Result<()> {
-        let h = &st.chunks[loc.chunk_id as usize];
+        let h = &chunks[loc.chunk_id as usize];
         let off = u64::from(loc.offset);
         let phys = loc.phys_length as usize;
         let mapped = h
@@ -407,10 +418,9 @@ const PREFETCH_LINES: usize = 8;
 /// Hints the CPU to load the first lines of a record's stored bytes (mmap
 /// read path; a no-op otherwise). A prefetch never faults.
 #[inline]
-fn prefetch(st: &State, loc: &Loc) {
+fn prefetch(chunks: &[Arc<Handle>], loc: &Loc) {
     #[cfg(target_arch = "x86_64")]
-    if let Some(m) = st
-        .chunks
+    if let Some(m) = chunks
         .get(loc.chunk_id as usize)
         .and_then(|h| h.map.as_ref())
     {

@@ -185,6 +185,12 @@ impl Engine {
         let mut buf = vec![0u8; LOC_SIZE];
         for (i, l) in table.iter().enumerate() {
             let i = i as u64;
+            if self.unapplied.contains(&i) {
+                // A read-only handle's entry from a pending delete intent:
+                // the file holds the entry from before or after the
+                // delete, until a read-write open applies it.
+                continue;
+            }
             let Some(h) = st.locs.get((i / seg) as usize) else {
                 rep.problems.push(format!("no loc segment for record {i}"));
                 return;

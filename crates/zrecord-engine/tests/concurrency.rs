@@ -65,3 +65,39 @@ fn concurrent_gathers_with_one_appender_are_bit_exact() {
         }
     }
 }
+
+/// Regression: `append_paired` checked that the store's length was even
+/// before it took the append lock, so a single-record append on another
+/// thread could slip in between and the pairs landed at odd indices
+/// (every later pair read back as (meta, next payload)).
+#[test]
+fn paired_appends_never_land_at_an_odd_index_beside_another_appender() {
+    use zrecord_engine::{Codec, CreateOptions, Error};
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::create(dir.path().join("s"), &CreateOptions::new(Codec::Raw)).unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                e.append_fixed(b"x", 1).unwrap();
+            }
+        });
+        let (mut landed, mut odd) = (0, Vec::new());
+        for _ in 0..3000 {
+            match e.append_paired(b"pp", &[0, 2], b"m", &[0, 1]) {
+                Ok(first) => {
+                    landed += 1;
+                    if first % 2 == 1 {
+                        odd.push(first);
+                    }
+                }
+                // The length was odd when the append ran: refused, as it must be.
+                Err(Error::InvalidArgument(_)) => {}
+                Err(err) => panic!("{err}"),
+            }
+        }
+        done.store(true, Ordering::Release);
+        assert!(landed > 0, "no paired append ran");
+        assert!(odd.is_empty(), "pairs landed at odd indices {odd:?}");
+    });
+}

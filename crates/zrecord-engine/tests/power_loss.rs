@@ -57,6 +57,10 @@ struct Counts {
 }
 
 fn check_codec(codec: Codec, seed: u64, durability: Durability, big: bool) -> Counts {
+    check_ops(codec, durability, big, script(seed, big))
+}
+
+fn check_ops(codec: Codec, durability: Durability, big: bool, ops: Vec<Op>) -> Counts {
     let dir = Path::new("/store");
     let vfs = SimVfs::new();
     let opts = CreateOptions {
@@ -64,7 +68,6 @@ fn check_codec(codec: Codec, seed: u64, durability: Durability, big: bool) -> Co
         ..CreateOptions::new(codec)
     };
     let mut e = Engine::create_with(dir, &opts, cfg(&vfs, big)).unwrap();
-    let ops = script(seed, big);
     // states[j] = committed content after j ops; bounds[j] = snapshots taken
     // before op j started.
     let mut states = vec![Vec::<Vec<u8>>::new()];
@@ -276,4 +279,48 @@ fn check_all(durability: Durability) {
         "only {} scenarios",
         total.scenarios
     );
+}
+
+/// The edge cases of delete and compaction, scripted: deleting the last
+/// record, unsorted and duplicated indices, compacting twice in a row,
+/// deleting everything, compacting an empty store, appending after it,
+/// grouped deletes down to nothing, and records that fill a chunk up to
+/// one byte short of its capacity (the `>=` rollover rule).
+#[test]
+fn scripted_edge_cases_survive_every_crash_point() {
+    let v = |lens: &[usize], tag: u8| {
+        Op::Var(
+            lens.iter()
+                .enumerate()
+                .map(|(k, &l)| vec![tag.wrapping_add(k as u8); l])
+                .collect(),
+        )
+    };
+    let ops = vec![
+        v(&[10, 20, 30, 40, 50], 1),
+        Op::Delete(vec![4], 1),
+        Op::Delete(vec![2, 0, 2, 3], 1),
+        Op::Compact,
+        Op::Compact,
+        v(&[159, 1, 158, 2], 20),
+        Op::Delete(vec![0], 1),
+        Op::Compact,
+        Op::Delete(vec![0, 1, 2, 3], 1),
+        Op::Compact,
+        Op::Compact,
+        Op::Sync,
+        v(&[5, 6], 40),
+        Op::Paired(vec![(vec![7; 70], vec![8; 3]), (vec![9; 90], vec![10; 4])]),
+        Op::Delete(vec![2, 0, 1, 1], 2),
+        Op::Compact,
+        v(&[100, 100, 100], 60),
+        Op::Delete(vec![1], 1),
+        Op::Compact,
+    ];
+    for codec in [Codec::Raw, Codec::Zstd] {
+        for durability in [Durability::EachAppend, Durability::AtSync] {
+            let c = check_ops(codec, durability, false, ops.clone());
+            assert!(c.scenarios > 1000, "{}", c.scenarios);
+        }
+    }
 }
