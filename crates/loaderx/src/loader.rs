@@ -440,7 +440,9 @@ impl<O> DataLoader<O> {
     /// Stops the pipeline and waits up to `limit` for its threads. Returns
     /// whether every thread ended; a transform still running past the limit
     /// finishes on its own (its result dropped), holding its batch and the
-    /// stores until then.
+    /// stores until then. Called from the loader's own transform (a
+    /// transform that owns the loader), the calling thread is not waited
+    /// for: it ends when that transform returns.
     pub fn close_within(mut self, limit: Duration) -> bool {
         self.stop_within(limit)
     }
@@ -472,6 +474,12 @@ impl<O> DataLoader<O> {
         self.shutdown.take();
         self.out.take();
         self.pending.clear();
+        // Called on one of the pipeline's own threads (a transform that
+        // held the loader's last handle), that thread cannot end while it
+        // waits here: leave it out (detached), and it ends as soon as its
+        // transform returns, its output having nowhere to go.
+        let me = std::thread::current().id();
+        self.threads.retain(|t| t.thread().id() != me);
         let deadline = Instant::now() + limit;
         let mut running = self.threads.len();
         while running > 0 && self.exits.recv_deadline(deadline).is_ok() {

@@ -601,3 +601,39 @@ fn closing_does_not_wait_forever_for_a_blocked_transform() {
     assert!(!all_ended, "two transforms were still blocked");
     drop(release_tx); // the detached workers finish and end
 }
+
+/// Regression: a loader closed (or dropped) on one of its own threads — a
+/// transform holding the last handle, as a garbage collector running inside
+/// a Python transform can arrange — waited for its own thread to end, which
+/// it cannot while it is the one waiting: the whole limit (`CLOSE_WAIT` on
+/// drop) went by, and `close_within` then reported a thread left running.
+#[test]
+fn a_loader_closed_from_inside_its_transform_does_not_wait_for_itself() {
+    for workers in [0, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let streams = fixture(dir.path());
+        let cell: Arc<std::sync::Mutex<Option<DataLoader<usize>>>> = Arc::default();
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<bool>(1);
+        let c = Arc::clone(&cell);
+        let loader =
+            DataLoader::with_transform(streams, opts(workers, Mode::Iid), move |b: Batch| {
+                if b.step() == 2 {
+                    // Wait until the test has handed the loader over.
+                    let loader = loop {
+                        if let Some(l) = c.lock().unwrap().take() {
+                            break l;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    };
+                    let _ = done_tx.send(loader.close_within(Duration::from_secs(600)));
+                }
+                Ok::<_, Error>(b.len())
+            })
+            .unwrap();
+        *cell.lock().unwrap() = Some(loader);
+        let all_ended = done_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("closing from the loader's own thread waited for that thread");
+        assert!(all_ended, "workers {workers}: the other threads all end");
+    }
+}
