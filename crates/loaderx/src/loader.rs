@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded, select, unbounded};
+use crossbeam_channel::{
+    Receiver, RecvTimeoutError, Sender, TryRecvError, bounded, select, unbounded,
+};
 use zsampler::{Mode, Sampler};
 
 use crate::batch::{Batch, Layout, Pool, Slot};
@@ -154,6 +156,11 @@ type Item<O> = (u64, Result<O>);
 /// recycled. Dropping the loader stops every thread and waits for them (a
 /// transform still blocked after [`CLOSE_WAIT`] is left to finish on its
 /// own; [`DataLoader::close_within`] takes another limit).
+///
+/// The gathers run partly on rayon's global pool. A consumer may itself run
+/// on a pool thread (one loader per thread of a `par_iter`, say): while it
+/// waits for a batch, or for the threads on close, it runs the pool's
+/// pending jobs instead of blocking the thread.
 ///
 /// The record count `n` is fixed when the loader is built (all streams must
 /// then hold `n`): records appended to a store afterwards are never sampled,
@@ -482,7 +489,7 @@ impl<O> DataLoader<O> {
         self.threads.retain(|t| t.thread().id() != me);
         let deadline = Instant::now() + limit;
         let mut running = self.threads.len();
-        while running > 0 && self.exits.recv_deadline(deadline).is_ok() {
+        while running > 0 && recv_helping(&self.exits, Some(deadline)).is_ok() {
             running -= 1;
         }
         for t in self.threads.drain(..) {
@@ -521,7 +528,7 @@ impl<O> Iterator for DataLoader<O> {
                     // keeps, and it makes a new one.
                     self.waiting.store(true, Ordering::Release);
                     let _ = self.hungry.try_send(());
-                    let r = out.recv().ok();
+                    let r = recv_helping(out, None).ok();
                     self.waiting.store(false, Ordering::Release);
                     r
                 }
@@ -541,6 +548,43 @@ impl<O> Iterator for DataLoader<O> {
                     }));
                 }
             }
+        }
+    }
+}
+
+/// How long a waiting consumer on a rayon pool thread blocks before it
+/// looks for pool work again (see [`recv_helping`]).
+const HELP_POLL: Duration = Duration::from_micros(100);
+
+/// Receives from `rx`, waiting until `deadline` (`None`: for as long as it
+/// takes). On a thread of a rayon pool, it runs that pool's pending jobs
+/// while it waits: the producer's gathers hand part of their work to rayon's
+/// global pool and wait for it, so a consumer that blocked a pool thread
+/// outright, with every other pool thread blocked the same way (one loader
+/// per thread of a `par_iter`), would wait for itself for good.
+fn recv_helping<T>(
+    rx: &Receiver<T>,
+    deadline: Option<Instant>,
+) -> std::result::Result<T, RecvTimeoutError> {
+    if rayon::current_thread_index().is_none() {
+        return match deadline {
+            Some(d) => rx.recv_deadline(d),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+    }
+    loop {
+        // After running a job, only check for a message; when the pool had
+        // nothing to run, wait a little before looking again.
+        let pause = match rayon::yield_now() {
+            Some(rayon::Yield::Executed) => Duration::ZERO,
+            _ => HELP_POLL,
+        };
+        let now = Instant::now();
+        let until = deadline.map_or(now + pause, |d| d.min(now + pause));
+        // `recv_deadline` takes a ready message even past its deadline.
+        match rx.recv_deadline(until) {
+            Err(RecvTimeoutError::Timeout) if deadline.is_none_or(|d| until < d) => {}
+            r => return r,
         }
     }
 }
