@@ -212,7 +212,8 @@ impl<O: Send + 'static> DataLoader<O> {
     /// [`Error::UnequalLengths`] (listing every stream's length),
     /// [`Error::Config`] for a zero prefetch depth, a count past its
     /// maximum or a batch whose buffers cannot be allocated (`batch_size`,
-    /// naming the stream), and [`Error::Sampler`] for a zero or oversized
+    /// naming the stream, or the batch's indices), and [`Error::Sampler`]
+    /// for a zero or oversized
     /// batch, an empty store or a bad shard.
     pub fn with_transform<N, F, E>(
         streams: impl IntoIterator<Item = (N, Stream)>,
@@ -281,14 +282,27 @@ impl<O: Send + 'static> DataLoader<O> {
         // (one it grants under overcommit but cannot back is the kernel's
         // OOM killer's, as for any allocation).
         let batch_len = sampler.batch_len();
-        let first_slot = Slot::sized(&layout, batch_len).map_err(|(i, source)| Error::Config {
+        let mut first_slot =
+            Slot::sized(&layout, batch_len).map_err(|(i, source)| Error::Config {
+                option: "batch_size",
+                detail: format!(
+                    "a batch of {batch_len} records of stream {:?} ({}): {source}",
+                    layout.names[i],
+                    layout.streams[i].describe()
+                ),
+            })?;
+        // The producer's index buffer and the first batch's copy of it: on a
+        // loader of ragged streams only, the largest allocations a batch
+        // makes up front.
+        let unindexable = || Error::Config {
             option: "batch_size",
             detail: format!(
-                "a batch of {batch_len} records of stream {:?} ({}): {source}",
-                layout.names[i],
-                layout.streams[i].describe()
+                "a batch of {batch_len} indices ({} bytes) cannot be allocated",
+                batch_len as u128 * 8
             ),
-        })?;
+        };
+        let indices = index_buf(batch_len).ok_or_else(unindexable)?;
+        let first_indices = index_buf(batch_len).ok_or_else(unindexable)?;
 
         // Every batch in flight holds one credit from the moment the producer
         // starts it until the consumer takes it; the pool starts with one slot
@@ -311,6 +325,7 @@ impl<O: Send + 'static> DataLoader<O> {
             pool.put(Slot::new());
         }
         // Last in, so the producer takes it first.
+        first_slot.indices = first_indices;
         pool.put(first_slot);
         let (shutdown_tx, shutdown_rx) = bounded::<()>(0);
         let (out_tx, out_rx) = bounded::<Item<O>>(opts.prefetch);
@@ -344,6 +359,7 @@ impl<O: Send + 'static> DataLoader<O> {
         let producer = Producer {
             sampler,
             layout,
+            indices,
             step: opts.start_step,
             pool,
             free: token_rx,
@@ -598,6 +614,8 @@ impl<O> Drop for DataLoader<O> {
 struct Producer {
     sampler: Sampler,
     layout: Arc<Layout>,
+    /// The sampler's output buffer, `batch_len()` long.
+    indices: Vec<u64>,
     step: u64,
     pool: Arc<Pool>,
     /// One token per free slot in `pool`.
@@ -652,7 +670,7 @@ impl Producer {
     /// Produces batches from `self.step` on until `emit` returns false, a
     /// gather fails (after emitting the error) or the loader shuts down.
     fn run(mut self, mut emit: impl FnMut(u64, Result<Batch>) -> bool) {
-        let mut indices = vec![0u64; self.sampler.batch_len()];
+        let mut indices = std::mem::take(&mut self.indices);
         loop {
             select! {
                 recv(self.credits) -> c => if c.is_err() { return },
@@ -678,6 +696,15 @@ impl Producer {
             self.step += 1;
         }
     }
+}
+
+/// `len` zeroed indices, or `None` when the allocator refuses them (where
+/// `vec!` would abort the process).
+fn index_buf(len: usize) -> Option<Vec<u64>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    v.resize(len, 0);
+    Some(v)
 }
 
 fn run<O>(transform: &Transform<O>, step: u64, batch: Batch) -> Result<O> {

@@ -637,3 +637,40 @@ fn a_loader_closed_from_inside_its_transform_does_not_wait_for_itself() {
         assert!(all_ended, "workers {workers}: the other threads all end");
     }
 }
+
+/// Regression: the batch's index buffers (the producer's, and each batch's
+/// copy) were allocated infallibly in the producer thread, and nothing
+/// checked them at construction when no stream was dense: a ragged-only
+/// loader with a batch the allocator refuses was built, then aborted the
+/// whole process from its producer thread.
+#[test]
+fn a_ragged_batch_too_large_to_index_is_refused_at_construction() {
+    // 2^32 indices of 8 bytes: refused by the allocator on a machine with
+    // less than 32 GiB to give; where it could be had, there is no abort to
+    // guard against and nothing to check here.
+    let mut probe: Vec<u64> = Vec::new();
+    if probe.try_reserve_exact(zsampler::MAX_BATCH_SIZE).is_ok() {
+        eprintln!("skipped: this machine can hold a batch of 2^32 indices");
+        return;
+    }
+    drop(probe);
+    let dir = tempfile::tempdir().unwrap();
+    let t =
+        RaggedStore::<i32>::create(dir.path().join("t"), &CreateOptions::new(Codec::Raw)).unwrap();
+    let one = ArrayD::<i32>::zeros(IxDyn(&[3]));
+    t.append(std::iter::once(one.view())).unwrap();
+    let o = LoaderOptions {
+        batch_size: zsampler::MAX_BATCH_SIZE,
+        mode: Mode::Iid,
+        ..LoaderOptions::default()
+    };
+    match DataLoader::new([("t", Stream::from(t))], o) {
+        Err(
+            e @ Error::Config {
+                option: "batch_size",
+                ..
+            },
+        ) => assert!(e.to_string().contains("indices"), "{e}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
