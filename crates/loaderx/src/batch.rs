@@ -114,6 +114,18 @@ impl Slot {
             source,
         };
         self.indices.clear();
+        // A slot made after the loader was built has no index buffer yet:
+        // one the allocator refuses is an error, not an abort.
+        if self.indices.try_reserve_exact(indices.len()).is_err() {
+            return Err(Error::Config {
+                option: "batch_size",
+                detail: format!(
+                    "step {step}: a batch of {} indices ({} bytes) cannot be allocated",
+                    indices.len(),
+                    indices.len() as u128 * 8
+                ),
+            });
+        }
         self.indices.extend_from_slice(indices);
         if self.columns.is_empty() {
             self.columns = Slot::columns(layout, indices.len()).map_err(|(i, e)| failed(i, e))?;

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded, select, unbounded};
+use crossbeam_channel::{
+    Receiver, RecvTimeoutError, Sender, TryRecvError, bounded, select, unbounded,
+};
 use zsampler::{Mode, Sampler};
 
 use crate::batch::{Batch, Layout, Pool, Slot};
@@ -155,6 +157,11 @@ type Item<O> = (u64, Result<O>);
 /// transform still blocked after [`CLOSE_WAIT`] is left to finish on its
 /// own; [`DataLoader::close_within`] takes another limit).
 ///
+/// The gathers run partly on rayon's global pool. A consumer may itself run
+/// on a pool thread (one loader per thread of a `par_iter`, say): while it
+/// waits for a batch, or for the threads on close, it runs the pool's
+/// pending jobs instead of blocking the thread.
+///
 /// The record count `n` is fixed when the loader is built (all streams must
 /// then hold `n`): records appended to a store afterwards are never sampled,
 /// and an append to only one stream goes undetected. To see new records,
@@ -205,7 +212,8 @@ impl<O: Send + 'static> DataLoader<O> {
     /// [`Error::UnequalLengths`] (listing every stream's length),
     /// [`Error::Config`] for a zero prefetch depth, a count past its
     /// maximum or a batch whose buffers cannot be allocated (`batch_size`,
-    /// naming the stream), and [`Error::Sampler`] for a zero or oversized
+    /// naming the stream, or the batch's indices), and [`Error::Sampler`]
+    /// for a zero or oversized
     /// batch, an empty store or a bad shard.
     pub fn with_transform<N, F, E>(
         streams: impl IntoIterator<Item = (N, Stream)>,
@@ -274,14 +282,27 @@ impl<O: Send + 'static> DataLoader<O> {
         // (one it grants under overcommit but cannot back is the kernel's
         // OOM killer's, as for any allocation).
         let batch_len = sampler.batch_len();
-        let first_slot = Slot::sized(&layout, batch_len).map_err(|(i, source)| Error::Config {
+        let mut first_slot =
+            Slot::sized(&layout, batch_len).map_err(|(i, source)| Error::Config {
+                option: "batch_size",
+                detail: format!(
+                    "a batch of {batch_len} records of stream {:?} ({}): {source}",
+                    layout.names[i],
+                    layout.streams[i].describe()
+                ),
+            })?;
+        // The producer's index buffer and the first batch's copy of it: on a
+        // loader of ragged streams only, the largest allocations a batch
+        // makes up front.
+        let unindexable = || Error::Config {
             option: "batch_size",
             detail: format!(
-                "a batch of {batch_len} records of stream {:?} ({}): {source}",
-                layout.names[i],
-                layout.streams[i].describe()
+                "a batch of {batch_len} indices ({} bytes) cannot be allocated",
+                batch_len as u128 * 8
             ),
-        })?;
+        };
+        let indices = index_buf(batch_len).ok_or_else(unindexable)?;
+        let first_indices = index_buf(batch_len).ok_or_else(unindexable)?;
 
         // Every batch in flight holds one credit from the moment the producer
         // starts it until the consumer takes it; the pool starts with one slot
@@ -304,6 +325,7 @@ impl<O: Send + 'static> DataLoader<O> {
             pool.put(Slot::new());
         }
         // Last in, so the producer takes it first.
+        first_slot.indices = first_indices;
         pool.put(first_slot);
         let (shutdown_tx, shutdown_rx) = bounded::<()>(0);
         let (out_tx, out_rx) = bounded::<Item<O>>(opts.prefetch);
@@ -337,6 +359,7 @@ impl<O: Send + 'static> DataLoader<O> {
         let producer = Producer {
             sampler,
             layout,
+            indices,
             step: opts.start_step,
             pool,
             free: token_rx,
@@ -440,7 +463,9 @@ impl<O> DataLoader<O> {
     /// Stops the pipeline and waits up to `limit` for its threads. Returns
     /// whether every thread ended; a transform still running past the limit
     /// finishes on its own (its result dropped), holding its batch and the
-    /// stores until then.
+    /// stores until then. Called from the loader's own transform (a
+    /// transform that owns the loader), the calling thread is not waited
+    /// for: it ends when that transform returns.
     pub fn close_within(mut self, limit: Duration) -> bool {
         self.stop_within(limit)
     }
@@ -472,9 +497,15 @@ impl<O> DataLoader<O> {
         self.shutdown.take();
         self.out.take();
         self.pending.clear();
+        // Called on one of the pipeline's own threads (a transform that
+        // held the loader's last handle), that thread cannot end while it
+        // waits here: leave it out (detached), and it ends as soon as its
+        // transform returns, its output having nowhere to go.
+        let me = std::thread::current().id();
+        self.threads.retain(|t| t.thread().id() != me);
         let deadline = Instant::now() + limit;
         let mut running = self.threads.len();
-        while running > 0 && self.exits.recv_deadline(deadline).is_ok() {
+        while running > 0 && recv_helping(&self.exits, Some(deadline)).is_ok() {
             running -= 1;
         }
         for t in self.threads.drain(..) {
@@ -513,7 +544,7 @@ impl<O> Iterator for DataLoader<O> {
                     // keeps, and it makes a new one.
                     self.waiting.store(true, Ordering::Release);
                     let _ = self.hungry.try_send(());
-                    let r = out.recv().ok();
+                    let r = recv_helping(out, None).ok();
                     self.waiting.store(false, Ordering::Release);
                     r
                 }
@@ -537,6 +568,43 @@ impl<O> Iterator for DataLoader<O> {
     }
 }
 
+/// How long a waiting consumer on a rayon pool thread blocks before it
+/// looks for pool work again (see [`recv_helping`]).
+const HELP_POLL: Duration = Duration::from_micros(100);
+
+/// Receives from `rx`, waiting until `deadline` (`None`: for as long as it
+/// takes). On a thread of a rayon pool, it runs that pool's pending jobs
+/// while it waits: the producer's gathers hand part of their work to rayon's
+/// global pool and wait for it, so a consumer that blocked a pool thread
+/// outright, with every other pool thread blocked the same way (one loader
+/// per thread of a `par_iter`), would wait for itself for good.
+fn recv_helping<T>(
+    rx: &Receiver<T>,
+    deadline: Option<Instant>,
+) -> std::result::Result<T, RecvTimeoutError> {
+    if rayon::current_thread_index().is_none() {
+        return match deadline {
+            Some(d) => rx.recv_deadline(d),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+    }
+    loop {
+        // After running a job, only check for a message; when the pool had
+        // nothing to run, wait a little before looking again.
+        let pause = match rayon::yield_now() {
+            Some(rayon::Yield::Executed) => Duration::ZERO,
+            _ => HELP_POLL,
+        };
+        let now = Instant::now();
+        let until = deadline.map_or(now + pause, |d| d.min(now + pause));
+        // `recv_deadline` takes a ready message even past its deadline.
+        match rx.recv_deadline(until) {
+            Err(RecvTimeoutError::Timeout) if deadline.is_none_or(|d| until < d) => {}
+            r => return r,
+        }
+    }
+}
+
 impl<O> Drop for DataLoader<O> {
     fn drop(&mut self) {
         self.stop();
@@ -546,6 +614,8 @@ impl<O> Drop for DataLoader<O> {
 struct Producer {
     sampler: Sampler,
     layout: Arc<Layout>,
+    /// The sampler's output buffer, `batch_len()` long.
+    indices: Vec<u64>,
     step: u64,
     pool: Arc<Pool>,
     /// One token per free slot in `pool`.
@@ -600,7 +670,7 @@ impl Producer {
     /// Produces batches from `self.step` on until `emit` returns false, a
     /// gather fails (after emitting the error) or the loader shuts down.
     fn run(mut self, mut emit: impl FnMut(u64, Result<Batch>) -> bool) {
-        let mut indices = vec![0u64; self.sampler.batch_len()];
+        let mut indices = std::mem::take(&mut self.indices);
         loop {
             select! {
                 recv(self.credits) -> c => if c.is_err() { return },
@@ -626,6 +696,15 @@ impl Producer {
             self.step += 1;
         }
     }
+}
+
+/// `len` zeroed indices, or `None` when the allocator refuses them (where
+/// `vec!` would abort the process).
+fn index_buf(len: usize) -> Option<Vec<u64>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    v.resize(len, 0);
+    Some(v)
 }
 
 fn run<O>(transform: &Transform<O>, step: u64, batch: Batch) -> Result<O> {

@@ -601,3 +601,76 @@ fn closing_does_not_wait_forever_for_a_blocked_transform() {
     assert!(!all_ended, "two transforms were still blocked");
     drop(release_tx); // the detached workers finish and end
 }
+
+/// Regression: a loader closed (or dropped) on one of its own threads — a
+/// transform holding the last handle, as a garbage collector running inside
+/// a Python transform can arrange — waited for its own thread to end, which
+/// it cannot while it is the one waiting: the whole limit (`CLOSE_WAIT` on
+/// drop) went by, and `close_within` then reported a thread left running.
+#[test]
+fn a_loader_closed_from_inside_its_transform_does_not_wait_for_itself() {
+    for workers in [0, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let streams = fixture(dir.path());
+        let cell: Arc<std::sync::Mutex<Option<DataLoader<usize>>>> = Arc::default();
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<bool>(1);
+        let c = Arc::clone(&cell);
+        let loader =
+            DataLoader::with_transform(streams, opts(workers, Mode::Iid), move |b: Batch| {
+                if b.step() == 2 {
+                    // Wait until the test has handed the loader over.
+                    let loader = loop {
+                        if let Some(l) = c.lock().unwrap().take() {
+                            break l;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    };
+                    let _ = done_tx.send(loader.close_within(Duration::from_secs(600)));
+                }
+                Ok::<_, Error>(b.len())
+            })
+            .unwrap();
+        *cell.lock().unwrap() = Some(loader);
+        let all_ended = done_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("closing from the loader's own thread waited for that thread");
+        assert!(all_ended, "workers {workers}: the other threads all end");
+    }
+}
+
+/// Regression: the batch's index buffers (the producer's, and each batch's
+/// copy) were allocated infallibly in the producer thread, and nothing
+/// checked them at construction when no stream was dense: a ragged-only
+/// loader with a batch the allocator refuses was built, then aborted the
+/// whole process from its producer thread.
+#[test]
+fn a_ragged_batch_too_large_to_index_is_refused_at_construction() {
+    // 2^32 indices of 8 bytes: refused by the allocator on a machine with
+    // less than 32 GiB to give; where it could be had, there is no abort to
+    // guard against and nothing to check here.
+    let mut probe: Vec<u64> = Vec::new();
+    if probe.try_reserve_exact(zsampler::MAX_BATCH_SIZE).is_ok() {
+        eprintln!("skipped: this machine can hold a batch of 2^32 indices");
+        return;
+    }
+    drop(probe);
+    let dir = tempfile::tempdir().unwrap();
+    let t =
+        RaggedStore::<i32>::create(dir.path().join("t"), &CreateOptions::new(Codec::Raw)).unwrap();
+    let one = ArrayD::<i32>::zeros(IxDyn(&[3]));
+    t.append(std::iter::once(one.view())).unwrap();
+    let o = LoaderOptions {
+        batch_size: zsampler::MAX_BATCH_SIZE,
+        mode: Mode::Iid,
+        ..LoaderOptions::default()
+    };
+    match DataLoader::new([("t", Stream::from(t))], o) {
+        Err(
+            e @ Error::Config {
+                option: "batch_size",
+                ..
+            },
+        ) => assert!(e.to_string().contains("indices"), "{e}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
