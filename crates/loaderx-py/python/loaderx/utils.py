@@ -26,16 +26,16 @@ def _sample_count(total, item_bytes, tier=None):
     return max(1, min(total, max(1, samples // per)))
 
 
-class _EmptyArray(ValueError, IndexError):
-    """An empty array to train on. Also an ``IndexError``: loaderx 1.7.2
-    indexed its first row and raised one."""
+class EmptySource(ValueError, IndexError):
+    """``train_dict`` was given an empty array. A ``ValueError``, and also
+    an ``IndexError``: loaderx 1.7.2 indexed its first row and raised one."""
 
 
 def _pack_samples(source, tier=None):
     """A strided training sample of ``source`` as ``(uint8 buffer, sizes)``."""
     if isinstance(source, np.ndarray):
         if source.ndim == 0 or len(source) == 0:
-            raise _EmptyArray(
+            raise EmptySource(
                 f"train_dict needs at least one record, got an array of shape {source.shape}"
             )
         itemsize = math.prod(source.shape[1:]) * np.dtype(source.dtype).itemsize

@@ -49,7 +49,7 @@ __all__ = [
     "DenseStore", "RaggedStore", "ZrecordError", "DICT_TIERS",
     "StoreBusy", "StoreNotFound", "IndexOutOfRange", "KindMismatch",
     "ReadOnlyStore", "StoreClosed", "CorruptRecord", "InvalidStore",
-    "UnsupportedDType", "InvalidIndex",
+    "UnsupportedDType", "InvalidIndex", "InvalidItemShape",
 ]
 
 MAX_RECORD_LEN = _native.MAX_RECORD_LEN
@@ -98,9 +98,10 @@ def _identity_dtype(text):
     return np.dtype(text)
 
 
-class _ItemShapeError(TypeError, ValueError):
-    """``item_shape`` is not a sequence of integers. Also a ``ValueError``:
-    loaderx 1.7.2 ran ``int()`` over a string's characters."""
+class InvalidItemShape(TypeError, ValueError):
+    """``item_shape`` is not a sequence of integers (a string, or an entry
+    that is not a whole number). A ``TypeError``, and also a ``ValueError``:
+    loaderx 1.7.2 ran ``int()`` over the entries and raised one."""
 
 
 def _item_shape(item_shape):
@@ -109,7 +110,7 @@ def _item_shape(item_shape):
     rather than truncated or parsed)."""
     if isinstance(item_shape, (str, bytes)) or not hasattr(item_shape, "__iter__"):
         hint = f" (did you mean ({item_shape!r},)?)" if isinstance(item_shape, int) else ""
-        raise _ItemShapeError(
+        raise InvalidItemShape(
             f"item_shape must be a sequence of ints, got {type(item_shape).__name__} "
             f"{item_shape!r}{hint}"
         )
@@ -119,7 +120,7 @@ def _item_shape(item_shape):
             dims.append(int(d))  # 2.0, as loaderx 1.7.2's int() takes it
             continue
         if isinstance(d, (bool, np.bool_)) or not hasattr(type(d), "__index__"):
-            raise _ItemShapeError(
+            raise InvalidItemShape(
                 f"item_shape entries must be integers, got {type(d).__name__} {d!r} "
                 f"in {item_shape!r}"
             )

@@ -946,7 +946,7 @@ def classify(m):
         return "closed-store: ref TypeError/AttributeError, ours StoreClosed(ZrecordError, ValueError)"
     if oc == "UnsupportedDType":
         return "DOC: string/datetime/void/longdouble/subarray dtypes refused"
-    if oc == "TypeError" and "item_shape" in om and cat == "ours-raises":
+    if oc in ("TypeError", "InvalidItemShape") and "item_shape" in om and cat == "ours-raises":
         return "DOC: item_shape entries must be ints/whole floats"
     if oc == "IndexError" and "boolean mask of shape" in om:
         return "DOC: bool mask of wrong length -> IndexError"
