@@ -23,7 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 
 use rmpv::Value;
@@ -127,6 +127,12 @@ pub enum DType {
 pub struct Field {
     /// Field name; empty only for padding.
     pub name: String,
+    /// NumPy's field title (`(('title', 'x'), '<f4')` in `descr`): a second
+    /// key the field can be looked up by. It counts for equality, as in
+    /// NumPy's `==` on dtypes. Only strings are supported; padding has none,
+    /// and a title may not repeat the field's own name or any other field's
+    /// name or title.
+    pub title: Option<String>,
     /// The field's element dtype.
     pub dtype: DType,
     /// Subarray shape (empty for a plain field).
@@ -290,6 +296,7 @@ impl DType {
                     .iter()
                     .map(|fl| Field {
                         name: fl.name.clone(),
+                        title: fl.title.clone(),
                         dtype: fl.dtype.map_orders(f),
                         shape: fl.shape.clone(),
                     })
@@ -330,7 +337,16 @@ impl DType {
                         out.push_str(", ");
                     }
                     out.push('(');
-                    out.push_str(&py_repr_str(&f.name));
+                    match &f.title {
+                        Some(t) => {
+                            out.push('(');
+                            out.push_str(&py_repr_str(t));
+                            out.push_str(", ");
+                            out.push_str(&py_repr_str(&f.name));
+                            out.push(')');
+                        }
+                        None => out.push_str(&py_repr_str(&f.name)),
+                    }
                     out.push_str(", ");
                     out.push_str(&f.dtype.python_literal());
                     if !f.shape.is_empty() {
@@ -353,7 +369,15 @@ impl DType {
                 fields
                     .iter()
                     .map(|f| {
-                        let mut item = vec![Lit::Str(f.name.clone()), f.dtype.to_lit()];
+                        // NumPy's descr holds a titled field's key as the
+                        // tuple (title, name); msgpack writes it as a list.
+                        let key = match &f.title {
+                            Some(t) => {
+                                Lit::Seq(vec![Lit::Str(t.clone()), Lit::Str(f.name.clone())])
+                            }
+                            None => Lit::Str(f.name.clone()),
+                        };
+                        let mut item = vec![key, f.dtype.to_lit()];
                         if !f.shape.is_empty() {
                             item.push(Lit::Seq(
                                 f.shape.iter().map(|&d| Lit::Int(d as i128)).collect(),
@@ -393,16 +417,12 @@ impl DType {
                     return Err(Error::unsupported("[]", "structured dtype without fields"));
                 }
                 let mut out = Vec::with_capacity(fields.len().min(1024));
-                let mut names = HashSet::new();
+                let mut keys = FieldKeys::default();
                 let mut size: u64 = 0;
                 for field in fields {
                     let f = Self::field_from_lit(field, depth)?;
-                    if !f.name.is_empty() && !names.insert(f.name.clone()) {
-                        return Err(Error::unsupported(
-                            lit.render(),
-                            format!("duplicate field name {:?}", f.name),
-                        ));
-                    }
+                    keys.add(&f)
+                        .map_err(|why| Error::unsupported(lit.render(), why))?;
                     let n = f
                         .shape
                         .iter()
@@ -435,9 +455,24 @@ impl DType {
         if items.len() != 2 && items.len() != 3 {
             return Err(bad("a descr field is a (name, dtype[, shape]) tuple"));
         }
-        let name = match &items[0] {
-            Lit::Str(s) => s.clone(),
-            Lit::Seq(_) => return Err(bad("field titles are not supported")),
+        let (title, name) = match &items[0] {
+            Lit::Str(s) => (None, s.clone()),
+            Lit::Seq(key) => match key.as_slice() {
+                [Lit::Str(t), Lit::Str(n)] => (Some(t.clone()), n.clone()),
+                [Lit::Str(_), other] => {
+                    return Err(bad(&format!(
+                        "a titled field is ((title, name), dtype) and its name {} is not a string",
+                        other.render()
+                    )));
+                }
+                [other, Lit::Str(n)] => {
+                    return Err(bad(&format!(
+                        "field {n:?}: title {} is not a string; only string titles are supported",
+                        other.render()
+                    )));
+                }
+                _ => return Err(bad("a titled field's key is a (title, name) pair")),
+            },
             _ => return Err(bad("a field name is a string")),
         };
         let shape = match items.get(2) {
@@ -456,7 +491,7 @@ impl DType {
         if let Lit::Str(s) = &items[1]
             && let Some(n) = parse_void(s)
         {
-            if !name.is_empty() || !shape.is_empty() {
+            if !name.is_empty() || !shape.is_empty() || title.is_some() {
                 return Err(Error::unsupported(
                     s.clone(),
                     "void dtypes are only accepted as unnamed padding inside a structured descr",
@@ -469,6 +504,7 @@ impl DType {
             }
             return Ok(Field {
                 name,
+                title: None,
                 dtype: DType::Padding(n),
                 shape,
             });
@@ -476,8 +512,18 @@ impl DType {
         if name.is_empty() {
             return Err(bad("only padding fields may be unnamed"));
         }
+        if title.as_deref() == Some(name.as_str()) {
+            return Err(bad(&format!(
+                "field {name:?}: its title is its own name (NumPy refuses this too)"
+            )));
+        }
         let dtype = Self::from_lit_depth(&items[1], depth + 1).map_err(|e| e.in_field(&name))?;
-        Ok(Field { name, dtype, shape })
+        Ok(Field {
+            name,
+            title,
+            dtype,
+            shape,
+        })
     }
 
     /// The same dtype with every scalar's byte order in the one form
@@ -613,6 +659,46 @@ impl std::str::FromStr for DType {
     type Err = Error;
     fn from_str(s: &str) -> Result<DType> {
         DType::parse(s)
+    }
+}
+
+/// The names and titles of one structured dtype's fields. NumPy looks a
+/// field up by either (`a['x']`, `a['title']`), so no key may be used twice:
+/// NumPy itself refuses such a dtype ("field 'y' occurs more than once").
+#[derive(Default)]
+struct FieldKeys {
+    /// key -> (the field that holds it, whether it is that field's title).
+    seen: HashMap<String, (String, bool)>,
+}
+
+impl FieldKeys {
+    /// Records `f`'s name and title (padding has neither), or says which
+    /// field already holds one of them.
+    fn add(&mut self, f: &Field) -> std::result::Result<(), String> {
+        if f.name.is_empty() {
+            return Ok(());
+        }
+        for (key, is_title) in [(Some(&f.name), false), (f.title.as_ref(), true)] {
+            let Some(key) = key else { continue };
+            if let Some((owner, owner_title)) = self.seen.get(key.as_str()) {
+                return Err(match (is_title, owner_title) {
+                    (false, false) => format!("duplicate field name {key:?}"),
+                    (false, true) => {
+                        format!("field name {key:?} is already the title of field {owner:?}")
+                    }
+                    (true, false) => format!(
+                        "field {:?}: title {key:?} is already the name of field {owner:?}",
+                        f.name
+                    ),
+                    (true, true) => format!(
+                        "field {:?}: title {key:?} is already the title of field {owner:?}",
+                        f.name
+                    ),
+                });
+            }
+            self.seen.insert(key.clone(), (f.name.clone(), is_title));
+        }
+        Ok(())
     }
 }
 
@@ -962,7 +1048,7 @@ fn check_fields(
             if fields.is_empty() {
                 return Err(format!("{}: structured dtype without fields", at(path)));
             }
-            let mut names = HashSet::new();
+            let mut keys = FieldKeys::default();
             for (pos, f) in fields.iter().enumerate() {
                 path.push(if f.name.is_empty() {
                     format!("#{pos}")
@@ -983,6 +1069,9 @@ fn check_fields(
                         if !f.shape.is_empty() {
                             return Err(format!("{here}: padding cannot have a subarray shape"));
                         }
+                        if let Some(t) = &f.title {
+                            return Err(format!("{here}: padding cannot have a title ({t:?})"));
+                        }
                         if *n == 0 || *n as u64 > MAX_ITEMSIZE {
                             return Err(format!("{here}: bad padding size {n}"));
                         }
@@ -994,9 +1083,12 @@ fn check_fields(
                                 inner.to_numpy_str()
                             ));
                         }
-                        if !names.insert(f.name.as_str()) {
-                            return Err(format!("{here}: duplicate field name"));
+                        if f.title.as_deref() == Some(f.name.as_str()) {
+                            return Err(format!(
+                                "{here}: its title is its own name (NumPy refuses this too)"
+                            ));
                         }
+                        keys.add(f).map_err(|why| format!("{here}: {why}"))?;
                         check_fields(inner, path, depth + 1)?;
                     }
                 }
@@ -1251,6 +1343,7 @@ mod tests {
         };
         let field = |dtype, shape: Vec<usize>| Field {
             name: "a".into(),
+            title: None,
             dtype,
             shape,
         };
@@ -1283,6 +1376,7 @@ mod tests {
             field(scalar(ScalarKind::Int, 0), vec![usize::MAX]),
             Field {
                 name: "b".into(),
+                title: None,
                 dtype: i4,
                 shape: vec![],
             },
@@ -1333,5 +1427,216 @@ mod tests {
         bytes.extend(std::iter::repeat_n(0x91, 100_000));
         bytes.push(0xc0);
         assert!(decode_identity(&bytes).is_err());
+    }
+
+    fn s(x: &str) -> Lit {
+        Lit::Str(x.into())
+    }
+
+    /// `((title, name), dtype[, shape])`, as msgpack and `.npy` descrs hold it.
+    fn titled(title: Lit, name: &str, ty: Lit) -> Lit {
+        Lit::Seq(vec![Lit::Seq(vec![title, s(name)]), ty])
+    }
+
+    fn unsupported_reason(lit: &Lit) -> String {
+        match DType::from_lit(lit) {
+            Err(Error::UnsupportedDType { reason, .. }) => reason,
+            other => panic!("{}: {other:?}", lit.render()),
+        }
+    }
+
+    #[test]
+    fn titled_fields_parse_render_and_round_trip_the_identity() {
+        // np.dtype([(('title', 'x'), '<f4'), ('y', 'u1')]).descr
+        let lit = Lit::Seq(vec![
+            titled(s("title"), "x", s("<f4")),
+            Lit::Seq(vec![s("y"), s("|u1")]),
+        ]);
+        let dt = DType::from_lit(&lit).unwrap();
+        let DType::Structured(fields) = &dt else {
+            panic!("{dt:?}")
+        };
+        assert_eq!(fields[0].name, "x");
+        assert_eq!(fields[0].title.as_deref(), Some("title"));
+        assert_eq!(fields[1].title, None);
+        assert_eq!(dt.itemsize(), 5);
+        assert_eq!(dt.descr(), "[(('title', 'x'), '<f4'), ('y', '|u1')]");
+        // msgpack.packb({'dtype': dt.descr}): the (title, name) tuple is a
+        // two-element array.
+        let mut want = vec![0x81, 0xa5];
+        want.extend(b"dtype");
+        want.extend([0x92, 0x92, 0x92, 0xa5]);
+        want.extend(b"title");
+        want.push(0xa1);
+        want.extend(b"x");
+        want.push(0xa3);
+        want.extend(b"<f4");
+        want.extend([0x92, 0xa1, b'y', 0xa3]);
+        want.extend(b"|u1");
+        let bytes = encode_identity_ragged(&dt);
+        assert_eq!(bytes, want);
+        assert_eq!(decode_identity(&bytes).unwrap().dtype, dt);
+        let dense = encode_identity_dense(&dt, &[2]);
+        assert_eq!(decode_identity(&dense).unwrap().dtype, dt);
+        assert_eq!(check_storable(&dt).unwrap(), dt);
+    }
+
+    #[test]
+    fn titles_count_for_equality() {
+        let with = |title: Option<&str>| {
+            let key = match title {
+                Some(t) => Lit::Seq(vec![s(t), s("x")]),
+                None => s("x"),
+            };
+            DType::from_lit(&Lit::Seq(vec![Lit::Seq(vec![key, s("<f4")])])).unwrap()
+        };
+        // As NumPy's ==: a titled dtype equals neither the untitled one nor
+        // one with another title.
+        assert_ne!(with(Some("a")), with(None));
+        assert_ne!(with(Some("a")), with(Some("b")));
+        assert_eq!(with(Some("a")), with(Some("a")));
+    }
+
+    #[test]
+    fn titles_on_nested_and_subarray_fields_round_trip() {
+        // np.dtype([(('T', 'o'), [(('ti', 'i'), '<i2', (2,))]), (('S', 's'), '>f8', (3,))])
+        let lit = Lit::Seq(vec![
+            titled(
+                s("T"),
+                "o",
+                Lit::Seq(vec![Lit::Seq(vec![
+                    Lit::Seq(vec![s("ti"), s("i")]),
+                    s("<i2"),
+                    Lit::Seq(vec![Lit::Int(2)]),
+                ])]),
+            ),
+            Lit::Seq(vec![
+                Lit::Seq(vec![s("S"), s("s")]),
+                s(">f8"),
+                Lit::Seq(vec![Lit::Int(3)]),
+            ]),
+        ]);
+        let dt = DType::from_lit(&lit).unwrap();
+        assert_eq!(
+            dt.descr(),
+            "[(('T', 'o'), [(('ti', 'i'), '<i2', (2,))]), (('S', 's'), '>f8', (3,))]"
+        );
+        assert_eq!(dt.itemsize(), 4 + 24);
+        assert_eq!(
+            decode_identity(&encode_identity_ragged(&dt)).unwrap().dtype,
+            dt
+        );
+        // Byte swapping keeps the titles.
+        let native = dt.to_native();
+        assert!(
+            native.descr().contains("(('S', 's'), '<f8', (3,))"),
+            "{native}"
+        );
+        // A title that needs quoting renders as Python's repr.
+        let q = DType::from_lit(&Lit::Seq(vec![titled(s("it's"), "x", s("<f4"))])).unwrap();
+        assert_eq!(q.descr(), r#"[(("it's", 'x'), '<f4')]"#);
+    }
+
+    #[test]
+    fn a_title_equal_to_a_name_or_title_is_refused_naming_the_field() {
+        let plain = |name: &str| Lit::Seq(vec![s(name), s("|u1")]);
+        for (fields, want) in [
+            (
+                vec![titled(s("y"), "x", s("<f4")), plain("y")],
+                r#"field name "y" is already the title of field "x""#,
+            ),
+            (
+                vec![plain("y"), titled(s("y"), "x", s("<f4"))],
+                r#"field "x": title "y" is already the name of field "y""#,
+            ),
+            (
+                vec![titled(s("t"), "x", s("<f4")), titled(s("t"), "y", s("<f4"))],
+                r#"field "y": title "t" is already the title of field "x""#,
+            ),
+            (
+                vec![titled(s("x"), "x", s("<f4"))],
+                r#"field "x": its title is its own name"#,
+            ),
+            (vec![plain("y"), plain("y")], r#"duplicate field name "y""#),
+        ] {
+            let reason = unsupported_reason(&Lit::Seq(fields));
+            assert!(reason.contains(want), "{reason} / {want}");
+        }
+        // Nested: the enclosing field is named too.
+        let inner = Lit::Seq(vec![titled(s("b"), "a", s("<f4")), plain("b")]);
+        let e = DType::from_lit(&Lit::Seq(vec![Lit::Seq(vec![s("outer"), inner])]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("outer") && e.contains(r#""b""#), "{e}");
+    }
+
+    #[test]
+    fn non_string_titles_and_titled_padding_are_refused() {
+        for (title, shown) in [
+            (Lit::Int(1), "1"),
+            (Lit::None, "None"),
+            (Lit::Seq(vec![s("a")]), "['a']"),
+        ] {
+            let reason = unsupported_reason(&Lit::Seq(vec![titled(title, "x", s("<f4"))]));
+            assert!(
+                reason.contains(&format!(r#"field "x": title {shown} is not a string"#)),
+                "{reason}"
+            );
+        }
+        let reason = unsupported_reason(&Lit::Seq(vec![Lit::Seq(vec![
+            Lit::Seq(vec![s("t"), Lit::Int(3)]),
+            s("<f4"),
+        ])]));
+        assert!(reason.contains("name 3 is not a string"), "{reason}");
+        let reason = unsupported_reason(&Lit::Seq(vec![Lit::Seq(vec![
+            Lit::Seq(vec![s("a"), s("b"), s("c")]),
+            s("<f4"),
+        ])]));
+        assert!(reason.contains("(title, name) pair"), "{reason}");
+        // Padding never has a title (NumPy's descr writes ('', '|V4')).
+        let padded = Lit::Seq(vec![
+            Lit::Seq(vec![s("x"), s("<f4")]),
+            titled(s("t"), "", s("|V4")),
+        ]);
+        assert!(DType::from_lit(&padded).is_err());
+    }
+
+    #[test]
+    fn storing_a_hand_built_titled_dtype_applies_the_same_rules() {
+        let f = |name: &str, title: Option<&str>, dtype: DType| Field {
+            name: name.into(),
+            title: title.map(String::from),
+            dtype,
+            shape: vec![],
+        };
+        let f4 = DType::parse("<f4").unwrap();
+        let ok = DType::Structured(vec![
+            f("x", Some("X"), f4.clone()),
+            f("y", None, f4.clone()),
+        ]);
+        assert_eq!(check_storable(&ok).unwrap(), ok);
+        for (dt, want) in [
+            (
+                DType::Structured(vec![
+                    f("x", Some("y"), f4.clone()),
+                    f("y", None, f4.clone()),
+                ]),
+                r#"field "y": field name "y" is already the title of field "x""#,
+            ),
+            (
+                DType::Structured(vec![f("x", Some("x"), f4.clone())]),
+                r#"field "x": its title is its own name"#,
+            ),
+            (
+                DType::Structured(vec![
+                    f("x", None, f4.clone()),
+                    f("", Some("p"), DType::Padding(4)),
+                ]),
+                "field #1: padding cannot have a title",
+            ),
+        ] {
+            let e = check_storable(&dt).unwrap_err().to_string();
+            assert!(e.contains(want), "{e} / {want}");
+        }
     }
 }

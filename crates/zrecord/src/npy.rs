@@ -1296,6 +1296,41 @@ mod tests {
         assert_eq!(m[2].1, Lit::Seq(vec![Lit::Int(3), Lit::Int(4)]));
     }
 
+    /// A titled field's key in a header's descr is the tuple (title, name),
+    /// as `np.save` writes it; the header parser shares the identity's
+    /// descr rules, and writing the header back keeps the title.
+    #[test]
+    fn headers_with_titled_fields_parse_and_write_back() {
+        let text = "{'descr': [(('Position', 'x'), '>f4'), ('y', '|u1', (2,))], 'fortran_order': False, 'shape': (3,), }";
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        let mut header = text.to_string();
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        bytes.extend((header.len() as u16).to_le_bytes());
+        bytes.extend(header.as_bytes());
+        let h = NpyHeader::parse(&bytes).unwrap();
+        assert_eq!(
+            h.dtype.descr(),
+            "[(('Position', 'x'), '>f4'), ('y', '|u1', (2,))]"
+        );
+        assert_eq!(h.dtype.itemsize(), 6);
+        let written = header_bytes(&h.dtype, &h.shape, false).unwrap();
+        assert_eq!(NpyHeader::parse(&written).unwrap().dtype, h.dtype);
+        // A title repeating the other field's name is refused, not misread.
+        let clash = text.replace("('y'", "('Position'");
+        let mut bad = b"\x93NUMPY\x01\x00".to_vec();
+        bad.extend((clash.len() as u16 + 1).to_le_bytes());
+        bad.extend(clash.as_bytes());
+        bad.push(b'\n');
+        let e = NpyHeader::parse(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains(r#"field name "Position" is already the title"#),
+            "{e}"
+        );
+    }
+
     #[test]
     fn parentheses_around_one_value_without_a_comma_are_grouping() {
         let one = |s: &str| LitParser::new(s).parse_all().unwrap();

@@ -18,6 +18,7 @@ fn f4() -> DType {
 fn field(name: &str, dtype: DType) -> Field {
     Field {
         name: name.into(),
+        title: None,
         dtype,
         shape: vec![],
     }

@@ -589,11 +589,13 @@ impl Element for Point {
         DType::Structured(vec![
             zrecord::Field {
                 name: "x".into(),
+                title: None,
                 dtype: f32::dtype(),
                 shape: vec![],
             },
             zrecord::Field {
                 name: "id".into(),
+                title: None,
                 dtype: i32::dtype(),
                 shape: vec![],
             },

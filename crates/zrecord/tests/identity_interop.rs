@@ -1,7 +1,7 @@
 //! Guards the on-disk type identity against drift from the reference: for a
-//! table of dtypes (plain, big-endian, structured, nested, padded) and item
-//! shapes, the bytes we encode must equal the `store.zr` identity bytes that
-//! loaderx 1.7.2 itself writes, and we must decode its bytes back to the same
+//! table of dtypes (plain, big-endian, structured, nested, padded, titled)
+//! and item shapes, the bytes we encode must equal the `store.zr` identity
+//! bytes that loaderx 1.7.2 itself writes, and we must decode its bytes back to the same
 //! dtype. The reference runs live (scripts/ref-venv.sh); if Python is missing
 //! this test fails, it never skips.
 
@@ -17,8 +17,16 @@ fn s(t: &str) -> DType {
 fn field(name: &str, dtype: DType, shape: &[usize]) -> Field {
     Field {
         name: name.into(),
+        title: None,
         dtype,
         shape: shape.to_vec(),
+    }
+}
+
+fn titled(title: &str, name: &str, dtype: DType, shape: &[usize]) -> Field {
+    Field {
+        title: Some(title.into()),
+        ..field(name, dtype, shape)
     }
 }
 
@@ -99,6 +107,50 @@ fn table() -> Vec<(&'static str, DType, Vec<u64>)> {
             ),
         ]),
         vec![2],
+    ));
+    // Titled fields: the descr key is the tuple (title, name), packed as a
+    // two-element array.
+    t.push((
+        "[(('title','x'),'<f4'),('y','u1')]",
+        DType::Structured(vec![
+            titled("title", "x", s("<f4"), &[]),
+            field("y", s("|u1"), &[]),
+        ]),
+        vec![2],
+    ));
+    t.push((
+        "[(('T','o'),[(('ti','i'),'<i2',(2,)),('j','?')]),(('S','s'),'>f8',(3,))]",
+        DType::Structured(vec![
+            titled(
+                "T",
+                "o",
+                DType::Structured(vec![
+                    titled("ti", "i", s("<i2"), &[2]),
+                    field("j", s("|b1"), &[]),
+                ]),
+                &[],
+            ),
+            titled("S", "s", s(">f8"), &[3]),
+        ]),
+        vec![],
+    ));
+    t.push((
+        "[(('Ünï \"q\" it\\'s','x'),'<f4'),(('','y'),'<i8')]",
+        DType::Structured(vec![
+            titled("Ünï \"q\" it's", "x", s("<f4"), &[]),
+            titled("", "y", s("<i8"), &[]),
+        ]),
+        vec![1],
+    ));
+    t.push((
+        "{'names':['x','y'],'formats':['<f4','u1'],'titles':['Tx',None],'offsets':[0,8],'itemsize':12}",
+        DType::Structured(vec![
+            titled("Tx", "x", s("<f4"), &[]),
+            field("", DType::Padding(4), &[]),
+            field("y", s("|u1"), &[]),
+            field("", DType::Padding(3), &[]),
+        ]),
+        vec![],
     ));
     t
 }

@@ -23,6 +23,7 @@ fn dtype() -> impl Strategy<Value = DType> {
                         .enumerate()
                         .map(|(i, (dtype, shape))| Field {
                             name: format!("f{i}"),
+                            title: None,
                             dtype,
                             shape,
                         })

@@ -61,6 +61,10 @@ for order in 'CF':
     np.save(f'{root}/{name}.npy', b)
     open(f'{root}/{name}.raw', 'wb').write(b.astype(sdt.newbyteorder('<')).tobytes(order='C'))
     print(name, 'structured')
+# titled fields (nested and on a subarray field): the header's descr holds (title, name) tuples
+tdt = np.dtype([(('Position', 'x'), '>f4'), (('Pair', 'y'), '<i2', (2,)), ('z', [(('Big', 'a'), '>u8'), ('b', '?')])])
+t = np.zeros((5,), tdt); t['x'] = np.arange(5); t['Pair'] = [[i, -i] for i in range(5)]; t['z']['Big'] = 2**40 + np.arange(5)
+np.save(f'{root}/titled.npy', t); open(f'{root}/titled.raw', 'wb').write(t.astype(tdt.newbyteorder('<')).tobytes()); print('titled', 'structured')
 pdt = np.dtype({'names': ['a', 'b'], 'formats': ['<i4', '<i8'], 'offsets': [0, 8], 'itemsize': 24})
 p = np.zeros((4,), pdt); p['a'] = [1, 2, 3, 4]; p['b'] = [5, 6, 7, 8]
 np.save(f'{root}/padded.npy', p); open(f'{root}/padded.raw', 'wb').write(p.tobytes()); print('padded', 'structured')
@@ -95,6 +99,15 @@ fn numpy_files_read_element_exact_and_write_back_byte_identical() {
         if dt != "structured" {
             assert_eq!(a.dtype, DType::parse(dt).unwrap(), "{name}");
         }
+        if name == "titled" {
+            // The titles survive the header parse (in native order now).
+            assert_eq!(
+                a.dtype.descr(),
+                "[(('Position', 'x'), '<f4'), (('Pair', 'y'), '<i2', (2,)), \
+                 ('z', [(('Big', 'a'), '<u8'), ('b', '|b1')])]",
+                "{name}"
+            );
+        }
         // Also through the reader-based path.
         let b = npy::read_from(std::fs::File::open(&path).unwrap()).unwrap();
         assert_eq!(a, b, "{name}");
@@ -115,6 +128,8 @@ for f in sorted(os.listdir(out)):
     else:
         ok = a.tobytes() == np.ascontiguousarray(orig.astype(orig.dtype.newbyteorder('<'))).tobytes() or orig.dtype.newbyteorder('<') == a.dtype
         ok = ok and a.shape == orig.shape
+    if f == 'titled.npy':  # the titles came back through our header
+        ok = ok and a.dtype == orig.dtype.newbyteorder('<') and a.dtype.fields['Position'][2] == 'Position'
     buf = io.BytesIO(); np.save(buf, a)
     if not ok or buf.getvalue() != ours:
         bad.append(f)
