@@ -204,7 +204,6 @@ impl From<PyErr> for DescrError {
 }
 
 fn descr_from_py(obj: &Bound<'_, PyAny>) -> Result<DType, DescrError> {
-    let py = obj.py();
     if let Ok(s) = obj.cast::<PyString>() {
         return DType::parse(s.to_str()?).map_err(DescrError::Store);
     }
@@ -222,14 +221,7 @@ fn descr_from_py(obj: &Bound<'_, PyAny>) -> Result<DType, DescrError> {
             )
             .into());
         }
-        let name_obj = t.get_item(0)?;
-        let name: String = name_obj.extract().map_err(|_| {
-            zerr(
-                py,
-                "UnsupportedDType",
-                format!("field name {name_obj} is not a string (titled fields are not supported)"),
-            )
-        })?;
+        let (title, name) = field_key(&t.get_item(0)?)?;
         let ty = t.get_item(1)?;
         let shape: Vec<usize> = if t.len() == 3 {
             t.get_item(2)?.extract()?
@@ -254,9 +246,50 @@ fn descr_from_py(obj: &Bound<'_, PyAny>) -> Result<DType, DescrError> {
                     py_err => py_err,
                 })?,
             };
-        fields.push(Field { name, dtype, shape });
+        fields.push(Field {
+            name,
+            title,
+            dtype,
+            shape,
+        });
     }
     Ok(DType::Structured(fields))
+}
+
+/// A descr entry's key: `name`, or `(title, name)` for a titled field
+/// (NumPy's `descr` form). Only string titles can be stored; the structural
+/// rules (a title that repeats a name) are the store layer's, checked when
+/// the dtype is stored.
+fn field_key(key: &Bound<'_, PyAny>) -> PyResult<(Option<String>, String)> {
+    let py = key.py();
+    let unsupported = |what: String| zerr(py, "UnsupportedDType", what);
+    if let Ok(name) = key.extract::<String>() {
+        return Ok((None, name));
+    }
+    let pair = key
+        .cast::<PyTuple>()
+        .ok()
+        .filter(|t| t.len() == 2)
+        .ok_or_else(|| {
+            unsupported(format!(
+                "field key {} is neither a name nor a (title, name) pair",
+                key.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        })?;
+    let (title, name) = (pair.get_item(0)?, pair.get_item(1)?);
+    let name: String = name.extract().map_err(|_| {
+        unsupported(format!(
+            "field name {} is not a string",
+            name.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })?;
+    let title: String = title.extract().map_err(|_| {
+        unsupported(format!(
+            "field {name:?}: title {} is not a string; only string titles are supported",
+            title.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })?;
+    Ok((Some(title), name))
 }
 
 /// The string Python turns back into a `np.dtype`: the type string, or the

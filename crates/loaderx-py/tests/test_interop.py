@@ -152,3 +152,107 @@ def test_type_identity_files_are_byte_identical(tmp_path, ref_python):
         ours = (tmp_path / store / "store.zr").read_bytes()
         ref = (tmp_path / "ref" / store / "store.zr").read_bytes()
         assert ours == ref, store
+
+
+# Titled structured fields: descr keys ``(title, name)``, stored in the
+# identity as ``[title, name]`` lists. `TITLED_DTYPE` is evaluated in both
+# interpreters.
+TITLED_DTYPE = ("np.dtype([(('Position', 'x'), '<f4'), ('y', 'u1'), "
+                "(('Pair', 'p'), '>i2', (2,)), ('z', [(('Big', 'a'), '>u8'), ('b', '?')])])")
+
+TITLED_WRITE = r'''
+import sys, numpy as np
+from loaderx.zrecord import DenseStore, RaggedStore
+from loaderx.utils import train_dict
+root, codec = sys.argv[1], sys.argv[2]
+dt = %s
+data = np.load(root + "/titled.npy")
+assert data.dtype == dt
+kw = {"codec": codec, "dict_bytes": train_dict(data, tier="fast")} if codec == "zstd_dict" else {"codec": codec}
+with DenseStore(root + "/tdense", dt, data.shape[1:], **kw) as s:
+    s.append(data[:7]); s.append(data[7:])
+with RaggedStore(root + "/tragged", dt, **kw) as s:
+    s.append([data[i, : 1 + i %% 3] for i in range(len(data))])
+print("written")
+''' % TITLED_DTYPE
+
+TITLED_READ = r'''
+import sys, numpy as np
+from loaderx.zrecord import DenseStore, RaggedStore
+root, codec = sys.argv[1], sys.argv[2]
+dt = %s
+data = np.load(root + "/titled.npy")
+with DenseStore(root + "/tdense") as s:
+    assert s.codec == codec and s.dtype == dt and s.item_shape == data.shape[1:]
+    assert s[:].tobytes() == data.tobytes()
+    assert (s[[3]]["Position"] == data[[3]]["x"]).all()
+with RaggedStore(root + "/tragged") as s:
+    assert s.dtype == dt
+    for i, g in enumerate(s[:]):
+        w = data[i, : 1 + i %% 3]
+        assert g.dtype == dt and g.shape == w.shape and g.tobytes() == w.tobytes()
+print("verified")
+''' % TITLED_DTYPE
+
+
+def make_titled(root):
+    dt = eval(TITLED_DTYPE)
+    rng = np.random.default_rng(5)
+    data = np.zeros((20, 3), dt)
+    data["x"] = rng.random((20, 3))
+    data["y"] = rng.integers(0, 255, (20, 3))
+    data["Pair"] = rng.integers(-900, 900, (20, 3, 2))
+    data["z"]["Big"] = 2**40 + rng.integers(0, 99, (20, 3))
+    data["z"]["b"] = rng.random((20, 3)) > 0.5
+    np.save(root / "titled.npy", data)
+    return data
+
+
+def write_titled_ours(root, codec, data):
+    dt = data.dtype
+    with DenseStore(root / "tdense", dt, data.shape[1:], **kw(codec, data)) as s:
+        s.append(data[:7])
+        s.append(data[7:])
+    with RaggedStore(root / "tragged", dt, **kw(codec, data)) as s:
+        s.append([data[i, : 1 + i % 3] for i in range(len(data))])
+
+
+def read_titled_ours(root, codec, data):
+    with DenseStore(root / "tdense") as s:
+        assert s.codec == codec and s.dtype == data.dtype
+        assert s.dtype.descr == data.dtype.descr and s.item_shape == data.shape[1:]
+        assert s[:].tobytes() == data.tobytes()
+        np.testing.assert_array_equal(s[[3]]["Position"], data[[3]]["x"])
+    with RaggedStore(root / "tragged") as s:
+        assert s.dtype == data.dtype
+        for i, g in enumerate(s[:]):
+            w = data[i, : 1 + i % 3]
+            assert g.dtype == data.dtype and g.shape == w.shape and g.tobytes() == w.tobytes()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_reference_written_titled_store_ours_reads(codec, tmp_path, ref_python):
+    """Ours refused titled fields, so these stores did not even open
+    (InvalidStore)."""
+    data = make_titled(tmp_path)
+    assert "written" in run_ref(ref_python, TITLED_WRITE, tmp_path, codec)
+    read_titled_ours(tmp_path, codec, data)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_ours_written_titled_store_reference_reads(codec, tmp_path, ref_python):
+    data = make_titled(tmp_path)
+    write_titled_ours(tmp_path, codec, data)
+    assert "verified" in run_ref(ref_python, TITLED_READ, tmp_path, codec)
+
+
+def test_titled_type_identity_files_are_byte_identical(tmp_path, ref_python):
+    data = make_titled(tmp_path)
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "titled.npy").write_bytes((tmp_path / "titled.npy").read_bytes())
+    run_ref(ref_python, TITLED_WRITE, tmp_path / "ref", "raw")
+    write_titled_ours(tmp_path, "raw", data)
+    for store in ("tdense", "tragged"):
+        ours = (tmp_path / store / "store.zr").read_bytes()
+        ref = (tmp_path / "ref" / store / "store.zr").read_bytes()
+        assert ours == ref, store
