@@ -4,7 +4,8 @@
 //!
 //! A [`DType`] is either a numeric scalar (`<f4`, `>i8`, `|b1`, `<c16`...) or a
 //! structured record of named fields, each with its own dtype (possibly
-//! structured again) and subarray shape. Object, string, void, datetime and
+//! structured again), subarray shape and optional title (NumPy's
+//! `(('title', 'x'), '<f4')`). Object, string, void, datetime and
 //! unknown dtypes are rejected with an error naming the string.
 //!
 //! The identity bytes ([`encode_identity_dense`], [`encode_identity_ragged`])
@@ -984,8 +985,9 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity> {
 /// `#2` for an unnamed field at position 2): a top-level padding dtype, a
 /// scalar size its kind does not have (`f3`), a structured dtype without
 /// fields or nested deeper than [`MAX_NESTING`], an unnamed field that is not
-/// padding, a named or shaped padding field, padding of 0 bytes, duplicate
-/// field names, subarray dims or an item size past [`MAX_ITEMSIZE`]. The
+/// padding, a named, shaped or titled padding field, padding of 0 bytes, a
+/// name or title used twice in one structure (a title equal to its own
+/// field's name included), subarray dims or an item size past [`MAX_ITEMSIZE`]. The
 /// normalised dtype is then encoded and decoded exactly as open does and must
 /// come back equal, so create and open cannot disagree.
 pub(crate) fn check_storable(dtype: &DType) -> Result<DType> {

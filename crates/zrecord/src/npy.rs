@@ -1304,7 +1304,7 @@ mod tests {
         let text = "{'descr': [(('Position', 'x'), '>f4'), ('y', '|u1', (2,))], 'fortran_order': False, 'shape': (3,), }";
         let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
         let mut header = text.to_string();
-        while (10 + header.len() + 1) % 64 != 0 {
+        while !(10 + header.len() + 1).is_multiple_of(64) {
             header.push(' ');
         }
         header.push('\n');

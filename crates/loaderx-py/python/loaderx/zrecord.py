@@ -92,7 +92,9 @@ def _identity_dtype(text):
     A descr is read back with ``np.lib.format.descr_to_dtype`` (what
     ``np.load`` uses), so its unnamed ``('', '|V7')`` padding entries become
     offsets again, not extra fields: an ``align=True`` dtype comes back
-    equal to itself."""
+    equal to itself. The native text writes a titled field's key as the
+    tuple ``('title', 'name')``, the one form ``descr_to_dtype`` takes for a
+    title, so titles come back too."""
     if text.startswith("["):
         return np.lib.format.descr_to_dtype(ast.literal_eval(text))
     return np.dtype(text)
