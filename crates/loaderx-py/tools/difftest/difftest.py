@@ -969,8 +969,6 @@ def classify(m):
         return "DOC: a transform raising StopIteration is a RuntimeError"
     if "align=True" in step or "offsets" in step or "'f1', 'V" in str(r.get("dtype", "")):
         return "DOC: padded structured dtypes keep their offsets"
-    if "title" in step:
-        return "DOC: titled fields refused"
     if cat == "ref-crash":
         return "ref crashes (ours raises)"
     return None
