@@ -448,7 +448,8 @@ impl PyDenseCore {
         // reference to it exists yet, so this is the only view of them.
         // They are uninitialised (`new_array`), and a slice must cover
         // initialised bytes, so they are zeroed through the raw pointer
-        // first (at most `POOL_MIN_BYTES`: larger gathers take the pool).
+        // first (cheap: `zrecord.py` sends only outputs below
+        // `POOL_MIN_BYTES` here; larger ones fill pooled regions).
         let dst = unsafe {
             let data = (*numpy::npyffi::_PyArray_GET_ITEM_DATA(out.as_array_ptr()))
                 .data
