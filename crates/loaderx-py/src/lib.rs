@@ -469,7 +469,9 @@ impl PyDenseCore {
         } else {
             item
         };
-        let out = new_array(py, dtype, &shape)?;
+        // SAFETY: its bytes are zeroed below, before any reference to them
+        // is made; on error it is dropped unseen.
+        let out = unsafe { new_array(py, dtype, &shape) }?;
         if bytes == 0 {
             return Ok(out);
         }
@@ -477,10 +479,15 @@ impl PyDenseCore {
         // `bytes` bytes (its dtype's itemsize times its dims, checked
         // against the record size above) at its data pointer, and no other
         // reference to it exists yet, so this is the only view of them.
+        // They are uninitialised (`new_array`), and a slice must cover
+        // initialised bytes, so they are zeroed through the raw pointer
+        // first (cheap: `zrecord.py` sends only outputs below
+        // `POOL_MIN_BYTES` here; larger ones fill pooled regions).
         let dst = unsafe {
             let data = (*numpy::npyffi::_PyArray_GET_ITEM_DATA(out.as_array_ptr()))
                 .data
                 .cast::<u8>();
+            std::ptr::write_bytes(data, 0, bytes);
             std::slice::from_raw_parts_mut(data, bytes)
         };
         read_detached(py, &self.core, |c| c.gather_bytes_into(idxs, dst))?;
@@ -760,12 +767,16 @@ fn ragged_views<'py>(
     use numpy::npyffi::{self, PY_ARRAY_API};
     plain_bytes_dtype(dtype)?;
     let itemsize = dtype.itemsize();
-    let packed = new_array1::<u8>(py, batch.data().len())?;
-    packed
-        .readwrite()
-        .as_slice_mut()?
-        .copy_from_slice(batch.data());
-    let base = packed.data().cast::<u8>();
+    let data = batch.data();
+    // SAFETY: every byte is written by the copy just below, through raw
+    // pointers, before any reference to them is made or the array is
+    // returned.
+    let packed = unsafe { new_array(py, <u8 as numpy::Element>::get_dtype(py), &[data.len()]) }?
+        .cast_into::<PyArray1<u8>>()?;
+    let base = packed.data();
+    // SAFETY: `packed` was just made, uniquely ours, holding exactly
+    // `data.len()` bytes at `base`; `data` is a distinct Rust allocation.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, data.len()) };
     // SAFETY: NumPy's C API is loaded (`PY_ARRAY_API` imports it on first
     // use, as `packed` above just did); this reads its ndarray type object.
     let subtype = unsafe { npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type) };
@@ -1002,14 +1013,17 @@ impl PyRaggedCore {
         }
         let data = batch.data();
         let len = if n == 0 { 0 } else { batch.offsets()[n] };
-        let values = new_array(py, dtype, &[len.checked_div(itemsize).unwrap_or(0)])?;
+        // SAFETY: all its `len` bytes are written by the copy below, through
+        // raw pointers, before it is returned; on error it is dropped unseen.
+        let values = unsafe { new_array(py, dtype, &[len.checked_div(itemsize).unwrap_or(0)]) }?;
         if len > 0 {
             // SAFETY: `values` was just made here, C-contiguous, holding
             // `len / itemsize` items of `itemsize` bytes, which is `len`
             // bytes (every record's length is a multiple of `itemsize`,
-            // checked above, and they sum to `len`); no other reference to
-            // it exists yet. `data` holds at least `len` bytes (each record
-            // end `b <= data.len()`, checked above).
+            // checked above, and they sum to `len`: a batch's offsets start
+            // at 0 and record k spans `offsets[k]..offsets[k + 1]`); no
+            // other reference to it exists yet. `data` holds at least `len`
+            // bytes (each record end `b <= data.len()`, checked above).
             unsafe {
                 let dst = (*numpy::npyffi::_PyArray_GET_ITEM_DATA(values.as_array_ptr()))
                     .data
@@ -1131,7 +1145,14 @@ fn plain_bytes_dtype(dtype: &Bound<'_, PyArrayDescr>) -> PyResult<()> {
 /// A new, uninitialised C-order array of `descr` shaped `dims`. A failed
 /// allocation is Python's `MemoryError` (rust-numpy's own constructors
 /// panic instead).
-fn new_array<'py>(
+///
+/// # Safety
+/// The elements are uninitialised, as from rust-numpy's `PyArray::new`:
+/// until every byte has been written through a raw pointer, no reference
+/// to them may be made (`readwrite`, `as_slice`, `slice::from_raw_parts`:
+/// rust-numpy calls that undefined behaviour) and the array must not reach
+/// Python; on error it is simply dropped.
+unsafe fn new_array<'py>(
     py: Python<'py>,
     descr: Bound<'py, PyArrayDescr>,
     dims: &[usize],
@@ -1171,9 +1192,16 @@ fn new_array<'py>(
 /// A new zero-filled 1-D `uint8` array of `len` bytes; a failed allocation
 /// is Python's `MemoryError` (rust-numpy's `zeros` panics instead).
 fn zeros_u8(py: Python<'_>, len: usize) -> PyResult<Bound<'_, PyArray1<u8>>> {
+    new_array1::<u8>(py, len)
+}
+
+/// A new zero-filled 1-D array of `len` elements of `T` (NumPy's zeros:
+/// calloc, so fresh pages cost nothing more), safe to borrow with
+/// `readwrite` at once; a failed allocation is Python's `MemoryError`.
+fn new_array1<T: numpy::Element>(py: Python<'_>, len: usize) -> PyResult<Bound<'_, PyArray1<T>>> {
     use numpy::npyffi::{self, PY_ARRAY_API};
     let mut dims = [npyffi::npy_intp::try_from(len).map_err(|_| {
-        pyo3::exceptions::PyMemoryError::new_err(format!("cannot allocate {len} bytes"))
+        pyo3::exceptions::PyMemoryError::new_err(format!("cannot allocate {len} elements"))
     })?];
     // SAFETY: PyArray_Zeros steals the descr reference made by
     // `into_dtype_ptr`, reads one dim, allocates zeroed C-ordered memory and
@@ -1184,18 +1212,12 @@ fn zeros_u8(py: Python<'_>, len: usize) -> PyResult<Bound<'_, PyArray1<u8>>> {
             py,
             1,
             dims.as_mut_ptr(),
-            <u8 as numpy::Element>::get_dtype(py).into_dtype_ptr(),
+            T::get_dtype(py).into_dtype_ptr(),
             0,
         );
         Bound::from_owned_ptr_or_err(py, p)?
     };
-    Ok(any.cast_into::<PyArray1<u8>>()?)
-}
-
-/// A new, uninitialised 1-D array of `len` elements of `T` (see
-/// [`new_array`]).
-fn new_array1<T: numpy::Element>(py: Python<'_>, len: usize) -> PyResult<Bound<'_, PyArray1<T>>> {
-    Ok(new_array(py, T::get_dtype(py), &[len])?.cast_into::<PyArray1<T>>()?)
+    Ok(any.cast_into::<PyArray1<T>>()?)
 }
 
 impl PySampler {

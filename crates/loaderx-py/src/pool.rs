@@ -82,8 +82,9 @@ impl Region {
         let base = NonNull::new(p.cast::<u8>()).ok_or_else(too_big)?;
         let skip = (HUGE - (base.as_ptr() as usize) % HUGE) % HUGE;
         let skip = if pad == 0 { 0 } else { skip };
-        // SAFETY: `skip < pad`, so `base + skip .. base + skip + len` lies
-        // inside the `map_len = len + pad` bytes just mapped.
+        // SAFETY: `skip < pad` (or both are 0, below 2 MiB), so
+        // `base + skip .. base + skip + len` lies inside the
+        // `map_len = max(len, 1) + pad` bytes just mapped.
         let ptr = unsafe { base.add(skip) };
         if pad != 0 {
             // Advice only: failure (THP disabled) leaves ordinary pages.

@@ -97,3 +97,43 @@ def test_failed_gather_leaves_pool_usable_and_bounded():
     regions, idle = _native.buffer_pool_stats()
     assert regions >= 1 and idle <= 256 << 20
     ds.close()
+
+
+def test_no_numpy_operation_frees_a_region_a_live_object_still_uses():
+    """NumPy may not resize a pooled array (it does not own its data), a
+    pickle round trip copies, and a buffer export, or a view of an array
+    whose ``__setstate__`` swapped its memory, keeps the region out of the
+    pool while it lives. (``__setstate__`` under a live memoryview is a
+    use-after-free in NumPy itself, pooled or not, so it is not tried.)"""
+    import pickle
+
+    ds, data = _store("raw")
+    a = ds[list(range(8))]
+    first = _addr(a)
+    for refcheck in (True, False):
+        with pytest.raises(ValueError, match="does not own its data"):
+            a.resize((4, ROW), refcheck=refcheck)
+    again = pickle.loads(pickle.dumps(a))
+    assert _addr(again) != first
+    np.testing.assert_array_equal(again, data[:8])
+    mv = memoryview(a)
+    del a, again
+    gc.collect()
+    b = ds[list(range(8, 16))]
+    assert _addr(b) != first, "a region with a live buffer export is reused"
+    np.testing.assert_array_equal(np.asarray(mv)[3], data[3])
+    row = np.asarray(mv)[5]
+    del mv
+    gc.collect()
+    c = ds[list(range(16, 24))]
+    assert _addr(c) != first, "a region a view still uses is reused"
+    holder = c[2]
+    c.__setstate__(c.__reduce__()[2])  # c now owns a copy; holder views its region
+    del c, b
+    gc.collect()
+    d, e = ds[list(range(24, 32))], ds[list(range(0, 8))]
+    np.testing.assert_array_equal(row, data[5])
+    np.testing.assert_array_equal(holder, data[18])
+    np.testing.assert_array_equal(d, data[24:32])
+    np.testing.assert_array_equal(e, data[0:8])
+    ds.close()
