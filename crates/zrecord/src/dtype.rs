@@ -976,6 +976,25 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity> {
     Ok(Identity { dtype, item_shape })
 }
 
+/// The body of the `identity` fuzz target (and of its corpus replay test):
+/// decodes `data` as a type identity and, when that succeeds, checks that
+/// encoding the result and decoding it again gives it back. Panics only on a
+/// failed round trip, which is a bug.
+#[doc(hidden)]
+pub fn fuzz_identity(data: &[u8]) {
+    let Ok(id) = decode_identity(data) else {
+        return;
+    };
+    let bytes = match &id.item_shape {
+        Some(shape) => encode_identity_dense(&id.dtype, shape),
+        None => encode_identity_ragged(&id.dtype),
+    };
+    match decode_identity(&bytes) {
+        Ok(again) => assert_eq!(again, id, "identity changed in a round trip"),
+        Err(e) => panic!("re-encoded identity {id:?} does not decode: {e}"),
+    }
+}
+
 /// Checks that a caller's `dtype` can be stored and returns it normalised
 /// (see [`DType::normalized`]): what a store persists must decode back, with
 /// the code [`decode_identity`] runs at open, to the very same dtype, or the

@@ -53,3 +53,15 @@ fn loadtxt_corpus_replays_without_panic() {
         let _ = loadtxt_bytes::<f32>(text, &opts);
     }
 }
+
+#[test]
+fn identity_corpus_replays_and_round_trips() {
+    let all = inputs("identity");
+    assert!(!all.is_empty());
+    let mut decoded = 0;
+    for data in &all {
+        decoded += zrecord::dtype::decode_identity(data).is_ok() as usize;
+        zrecord::dtype::fuzz_identity(data);
+    }
+    assert!(decoded >= 6, "the seed identities must decode");
+}
