@@ -35,6 +35,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -824,8 +825,11 @@ def run_impl(impl, progs, tag):
         env["PYTHONFAULTHANDLER"] = "1"
         errp = res_path + ".err"
         with open(errp, "w") as errf:
+            # Its own process group, so children a program forked (and left
+            # blocked) go with it below instead of outliving the run.
             proc = subprocess.Popen([py, RUNNER, prog_path, res_path, str(start)],
-                                    stdout=subprocess.DEVNULL, stderr=errf, env=env, cwd=WORK)
+                                    stdout=subprocess.DEVNULL, stderr=errf, env=env, cwd=WORK,
+                                    start_new_session=True)
         last_size, last_change = -1, time.time()
         while proc.poll() is None:
             time.sleep(0.05)
@@ -837,6 +841,10 @@ def run_impl(impl, progs, tag):
                 proc.wait()
                 break
         rc = proc.returncode
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         # parse
         cur = None
         with open(res_path) as f:
