@@ -125,6 +125,57 @@ indices = sampler.next()
 '''
 
 
+CREATE_DENSE = '''
+import numpy as np
+from loaderx.zrecord import DenseStore
+
+data = np.load('data.npy', mmap_mode='r')
+with DenseStore('train_data', data.dtype, data.shape[1:]) as ds:
+    ds.append(data)
+'''
+
+OPEN_DENSE = '''
+ds = DenseStore('train_data')
+'''
+
+RECODE = '''
+from loaderx.utils import train_dict
+from loaderx.zrecord import DenseStore
+
+CHUNK = 1 << 16
+with DenseStore("src") as s, \\
+     DenseStore("dst", dtype=s.dtype, item_shape=s.item_shape,
+                codec="zstd_dict", dict_bytes=train_dict(s)) as d:
+    for start in range(0, len(s), CHUNK):
+        d.append(s[start:start + CHUNK])       # records copied in index order
+'''
+
+TO_DEVICE = '''
+import torch
+
+device = "cuda:0"
+def to_device(batch):
+    return {k: torch.from_numpy(v).to(device, non_blocking=True)
+            for k, v in batch.items()}
+
+loader = DataLoader(streams, transform=to_device)
+for batch in loader:
+    model(batch)                        # already on device
+'''
+
+TO_DEVICE_PINNED = '''
+def to_device(batch):
+    return {k: torch.from_numpy(v).pin_memory().to(device, non_blocking=True)
+            for k, v in batch.items()}
+'''
+
+TO_DEVICE_JAX = '''
+import jax
+
+def to_device(batch):
+    return {k: jax.device_put(v) for k, v in batch.items()}
+'''
+
 def run(code, env=None):
     env = {"np": np} if env is None else env
     exec(compile(textwrap.dedent(code), "<README>", "exec"), env)
@@ -190,3 +241,85 @@ def test_dict_and_multistream():
 def test_sampler_example():
     env = run(SAMPLER)
     assert env["indices"].shape == (256,)
+
+
+def test_create_and_open_dense():
+    data = np.random.default_rng(3).random((50, 3, 4), dtype=np.float32)
+    np.save("data.npy", data)
+    env = run(CREATE_DENSE)
+    run(OPEN_DENSE, env)
+    np.testing.assert_array_equal(env["ds"][:], data)
+    env["ds"].close()
+
+
+def test_recode_copy_loop():
+    from loaderx.zrecord import DenseStore
+    src = (np.arange(3000 * 256) % 61).astype(np.uint8).reshape(3000, 16, 16)
+    with DenseStore("src", src.dtype, src.shape[1:]) as s:
+        s.append(src)
+    run(RECODE)
+    with DenseStore("dst") as d:
+        assert d.codec == "zstd_dict" and d.item_shape == (16, 16)
+        np.testing.assert_array_equal(d[:], src)
+
+
+class _Stop(Exception):
+    """Ends the README's endless ``for batch in loader`` loop."""
+
+
+def test_cpu_to_device_transforms(monkeypatch):
+    """The three device-transfer transforms, with stand-ins for torch (no
+    CUDA here) and jax that record what they were handed."""
+    import sys
+    import types
+
+    class Tensor:
+        def __init__(self, a):
+            assert isinstance(a, np.ndarray)
+            self.a = a
+
+        def to(self, device, non_blocking=False):
+            assert device == "cuda:0" and non_blocking
+            return self
+
+        def pin_memory(self):
+            return Tensor(self.a.copy())
+
+    torch = types.ModuleType("torch")
+    torch.from_numpy = Tensor
+    jax = types.ModuleType("jax")
+    jax.device_put = Tensor
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "jax", jax)
+
+    from loaderx.dataloader import DataLoader
+    from loaderx.zrecord import DenseStore
+    x = np.arange(600 * 4, dtype=np.float32).reshape(600, 4)
+    with DenseStore("x", x.dtype, x.shape[1:]) as s:
+        s.append(x)
+    with DenseStore("y", np.int64, ()) as s:
+        s.append(np.arange(600))
+    streams = {"x": DenseStore("x"), "y": DenseStore("y")}
+    seen = []
+
+    def model(batch):
+        np.testing.assert_array_equal(batch["x"].a, x[batch["y"].a])
+        seen.append(batch)
+        if len(seen) == 3:
+            raise _Stop
+
+    env = {"np": np, "DataLoader": DataLoader, "streams": streams, "model": model}
+    try:
+        run(TO_DEVICE, env)
+    except _Stop:
+        pass
+    env["loader"].close()
+    assert len(seen) == 3
+    for block in (TO_DEVICE_PINNED, TO_DEVICE_JAX):
+        run(block, env)
+        loader = DataLoader(streams, transform=env["to_device"])
+        model(next(loader))
+        loader.close()
+    assert len(seen) == 5
+    for s in streams.values():
+        s.close()

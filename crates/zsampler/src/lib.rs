@@ -56,3 +56,8 @@ pub use counter::CounterRng;
 pub use error::{Error, Result};
 pub use permutation::Permutation;
 pub use sampler::{MAX_BATCH_SIZE, Mode, Sampler};
+
+/// `docs/sampler.md`, whose Rust example is compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/sampler.md")]
+pub struct SamplerDocDoctests;

@@ -10,8 +10,11 @@ is imported from its layer, exactly as in the reference package:
 
 plus what the reference lacks: ``loaderx.io`` (a parallel ``loadtxt`` and
 ``.npy`` readers), read-only opening (``DenseStore(path, read_only=True)``),
-and sharding / exact resume on the loader (``DataLoader(..., rank=, world=,
-start_step=)``).
+``level=`` and ``durability=`` on the stores, ``DenseStore.gather_into`` and
+``RaggedStore.gather_packed``, ``Sampler.batch_at``, and on the loader
+sharding / exact resume (``DataLoader(..., rank=, world=, start_step=)``),
+``allocate=`` (gather into memory you own, e.g. pinned tensors) and
+``packed=`` (a ragged batch as one array + offsets).
 
 Stores written by this package are read bit-exactly by loaderx 1.7.2 and the
 other way round: the on-disk format is the same.

@@ -118,7 +118,9 @@ class StoreClosed(ZrecordError, ValueError):
 
 
 class UnsupportedDType(ZrecordError, ValueError, TypeError):
-    """A dtype the store cannot persist (object, string, datetime)."""
+    """A dtype the store cannot persist (string, datetime, void, long
+    double, a subarray dtype at the top level, a non-string field title).
+    An object dtype is a plain ``ValueError``, as in loaderx 1.7.2."""
 
     code = -8
 

@@ -486,9 +486,12 @@ class DataLoader:
                 variable-length attention kernels call ``cu_seqlens``).
 
         Raises:
-            ValueError: If ``streams`` is not a dict or is empty, the streams
-                differ in record count, or the sampler arguments are invalid.
-            TypeError: If a stream lacks ``__len__`` or ``__getitems__``.
+            ValueError: If ``streams`` is empty, the streams differ in record
+                count, the sampler arguments (or ``start_step``) are invalid,
+                or ``packed`` names a stream that is not a ``RaggedStore``.
+            TypeError: If ``streams`` is not a dict (or ``(name, store)``
+                pairs), a stream lacks ``__len__`` or ``__getitems__``, or
+                ``allocate`` is not callable.
 
         An exception from a stream's gather or from ``transform`` re-raises
         in the consumer with a note naming the stream and step (Python 3.11+).
