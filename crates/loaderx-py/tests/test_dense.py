@@ -299,7 +299,8 @@ def test_a_level_given_at_reopen_applies_to_that_handles_appends(kind):
     assert slow < default < fast, (slow, default, fast)
     for g in got:
         np.testing.assert_array_equal(np.asarray(g).reshape(-1), rec)
-    with pytest.raises(ReadOnlyStore):
+    # The message says why (it used to say only "open read-only").
+    with pytest.raises(ReadOnlyStore, match=r"level=3 sets the zstd level of appends"):
         store(read_only=True, level=3)
     with pytest.raises(ValueError, match="raw"):
         DenseStore("r", np.uint8, (4,), codec="raw", level=3)

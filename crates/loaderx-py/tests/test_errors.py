@@ -276,6 +276,19 @@ def test_a_subarray_dtype_says_how_to_store_it():
 
 
 @ours_only
+@pytest.mark.skipif(np.dtype(np.longdouble).itemsize <= 8,
+                    reason="long double is a plain double on this platform")
+def test_a_long_double_refusal_says_long_double():
+    """np.longdouble (<f16 on x86-64) was refused as "no such size for
+    this kind", as if 16 were a typo; it names long double and the way out."""
+    from loaderx.zrecord import UnsupportedDType
+    with pytest.raises(UnsupportedDType, match=r"long double .* convert to float64"):
+        DenseStore("a", np.longdouble, (2,))
+    with pytest.raises(UnsupportedDType, match=r"long double .* convert to float64"):
+        RaggedStore("b", np.clongdouble)
+
+
+@ours_only
 def test_a_refused_nested_field_is_named_by_its_path():
     """A refusal inside a nested structure names the whole path to the
     field, not only its innermost name; nothing is created."""

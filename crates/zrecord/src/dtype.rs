@@ -100,6 +100,20 @@ impl ScalarKind {
             ScalarKind::Complex => matches!(size, 8 | 16),
         }
     }
+
+    /// Why `size` is refused for this kind. NumPy's long double
+    /// (`np.longdouble`, `<f16` or `<f12` on x86, `<c32` for its complex) is
+    /// an x87 80-bit float padded to 12 or 16 bytes on one platform and an
+    /// IEEE quad or a double on others, so its bytes mean nothing portable.
+    fn size_refusal(self, size: usize) -> &'static str {
+        match (self, size) {
+            (ScalarKind::Float, 10 | 12 | 16) | (ScalarKind::Complex, 20 | 24 | 32) => {
+                "long double dtypes (np.longdouble, np.clongdouble) are not supported: \
+                 their bytes differ between platforms; convert to float64 or complex128"
+            }
+            _ => "no such size for this kind",
+        }
+    }
 }
 
 /// A runtime dtype: a numeric scalar, a structured record, or (only as an
@@ -170,7 +184,7 @@ impl DType {
         if !kind.valid_size(size) {
             return Err(Error::unsupported(
                 format!("{}{}", kind.char(), size),
-                "no such size for this kind",
+                kind.size_refusal(size),
             ));
         }
         let order = if size == 1 {
@@ -239,7 +253,7 @@ impl DType {
             .parse()
             .map_err(|_| Error::unsupported(s, "bad size"))?;
         if !kind.valid_size(size) {
-            return Err(Error::unsupported(s, "no such size for this kind"));
+            return Err(Error::unsupported(s, kind.size_refusal(size)));
         }
         DType::scalar(kind, size, order)
     }
@@ -1287,6 +1301,26 @@ mod tests {
             "{void}"
         );
         assert!(!void.contains("only accepted as unnamed padding"), "{void}");
+    }
+
+    /// Regression (docs review, session 11): `np.longdouble` (`<f16` on
+    /// x86-64) was refused with "no such size for this kind", which reads
+    /// as if a float of 16 bytes were a typo rather than a dtype we refuse.
+    #[test]
+    fn long_double_refusal_says_long_double() {
+        for s in ["<f16", "<f12", ">f16", "<c32", "<c24"] {
+            let Err(Error::UnsupportedDType { reason, .. }) = DType::parse(s) else {
+                panic!("{s} parsed");
+            };
+            assert!(reason.contains("long double"), "{s}: {reason}");
+            assert!(reason.contains("float64"), "{s}: {reason}");
+        }
+        for s in ["<f3", "<i16", "<c4", "|b2"] {
+            let Err(Error::UnsupportedDType { reason, .. }) = DType::parse(s) else {
+                panic!("{s} parsed");
+            };
+            assert_eq!(reason, "no such size for this kind", "{s}");
+        }
     }
 
     /// Regression (audit f13): an unsupported field type inside a

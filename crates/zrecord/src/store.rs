@@ -222,6 +222,15 @@ pub(crate) fn open_store(path: &Path, kind: Kind, opts: &OpenOptions) -> Result<
     } else {
         OpenMode::ReadWrite
     };
+    if let (true, Some(level)) = (opts.read_only, opts.level) {
+        return Err(Error::InvalidArgument {
+            detail: format!(
+                "level {level} for {}: the level is that of later appends, and a \
+                 read-only handle makes none",
+                path.display()
+            ),
+        });
+    }
     // A ragged store's engine numbers payloads and shape records apart;
     // its open errors name the caller's record.
     let mut engine = Engine::open(path, mode).map_err(|e| match kind {

@@ -220,6 +220,12 @@ class _Base:
                 f"unknown durability {durability!r}, expected one of {list(DURABILITIES)}"
             )
         self.durability = durability
+        if self.read_only and level is not None:
+            raise ReadOnlyStore(
+                None,
+                f"{self.path}: level={level!r} sets the zstd level of appends, "
+                "and a read_only=True store makes none",
+            )
         # '' or 0 creates a store of the default codec (`codec or "zstd"`,
         # as loaderx 1.7.2 does), and reopening with one is a mismatch.
         if codec is not None and codec and codec not in CODECS:
