@@ -124,6 +124,9 @@ impl Vfs for CountingVfs {
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         RealVfs.rename(from, to)
     }
+    fn link(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        RealVfs.link(from, to)
+    }
     fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
         RealVfs.list_dir(dir)
     }

@@ -156,6 +156,15 @@ impl Engine {
     /// Writes `meta.zr`, an empty `0.chunk` and, for [`Codec::ZstdDict`],
     /// `dict.zr`, all synced, and keeps the exclusive lock. The typed layer
     /// writes `store.zr` afterwards (see [`crate::typed_header`]).
+    ///
+    /// `meta.zr` holds the lock from the moment it appears, so of creates
+    /// racing on one directory exactly one succeeds and the others fail with
+    /// [`Error::ForeignFiles`], and an open racing the create fails with
+    /// [`Error::NotAStore`] or [`Error::StoreBusy`] until the handle is
+    /// dropped. A create that fails removes the files it made; one that a
+    /// crash cuts short leaves files that [`Engine::open`] reports as
+    /// [`Error::CreateInterrupted`] (or `NotAStore`) and that a later create
+    /// refuses as `ForeignFiles`.
     pub fn create(dir: impl AsRef<Path>, opts: &CreateOptions) -> Result<Engine> {
         Self::create_with(dir, opts, EngineConfig::default())
     }
@@ -207,44 +216,33 @@ impl Engine {
                 file: first.clone(),
             });
         }
-        // The meta file is created first so the lock guards the rest of the
-        // creation; its contents are written last, after the other files.
+        // `meta.zr` appears already locked, so it guards the rest of the
+        // creation from every other handle; its contents are written last,
+        // after the other files are durable.
         let meta_path = dir.join(META_FILE);
-        let meta = vfs
-            .open(&meta_path, OpenFlags::CreateNew)
-            .map_err(|e| Error::io(&meta_path, "create", e))?;
-        if !meta
-            .try_lock(true)
-            .map_err(|e| Error::io(&meta_path, "lock", e))?
-        {
-            return Err(Error::StoreBusy { path: dir });
-        }
-        if let Some(d) = &opts.dictionary {
-            let p = dir.join(DICT_FILE);
-            let f = vfs
-                .open(&p, OpenFlags::CreateNew)
-                .map_err(|e| Error::io(&p, "create", e))?;
-            f.write_at(d, 0).map_err(|e| Error::io(&p, "write", e))?;
-            f.sync().map_err(|e| Error::io(&p, "sync", e))?;
-        }
-        let chunk_path = dir.join(format::chunk_name(0));
-        let chunk = vfs
-            .open(&chunk_path, OpenFlags::CreateNew)
-            .map_err(|e| Error::io(&chunk_path, "create", e))?;
-        chunk
-            .sync()
-            .map_err(|e| Error::io(&chunk_path, "sync", e))?;
+        let meta = Self::publish_meta(&*vfs, &dir)?;
         let header = Header {
             codec: opts.codec,
             tail_chunk: 0,
             tail_offset: 0,
             length: 0,
         };
-        meta.write_at(&header.encode(), 0)
-            .map_err(|e| Error::io(&meta_path, "write", e))?;
-        meta.sync().map_err(|e| Error::io(&meta_path, "sync", e))?;
-        vfs.sync_dir(&dir)
-            .map_err(|e| Error::io(&dir, "sync directory", e))?;
+        let mut made = vec![meta_path.clone()];
+        let chunk = match Self::create_files(&*vfs, &dir, opts, &*meta, &header, &mut made) {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                // Leave the directory as it was found: a later create there
+                // can succeed, and no opener meets half a store. Still under
+                // the lock, `meta.zr` last. Best effort: the error that
+                // stopped the create is the one to report.
+                for p in made.iter().rev() {
+                    let _ = vfs.remove(p);
+                }
+                let _ = vfs.sync_dir(&dir);
+                return Err(e);
+            }
+        };
+        let chunk_path = dir.join(format::chunk_name(0));
         let map = Self::map_chunk(&cfg, &*chunk);
         let state = State {
             header,
@@ -281,6 +279,162 @@ impl Engine {
         })
     }
 
+    /// Makes `meta.zr` in `dir`, empty and holding this handle's exclusive
+    /// lock from the moment it has that name: the file is made and locked
+    /// under a name of its own, then linked as `meta.zr` (which fails if
+    /// the name exists), then its first name is removed. The lock belongs
+    /// to the open file, so it holds under the new name. Of creators racing
+    /// on one directory exactly one gets the name, the others fail with
+    /// [`Error::ForeignFiles`]; an open meanwhile finds no `meta.zr`
+    /// ([`Error::NotAStore`]) or a locked one ([`Error::StoreBusy`]).
+    ///
+    /// On a file system without hard links (link fails with
+    /// `PermissionDenied` or `Unsupported`, as on vfat) `meta.zr` is created
+    /// under its name and then locked: an open between the two can take the
+    /// lock first (and reports the empty file as [`Error::CreateInterrupted`]
+    /// or, once it is removed, [`Error::NotAStore`]); this create then fails
+    /// with [`Error::StoreBusy`], removing it.
+    fn publish_meta(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn StorageFile>> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let meta_path = dir.join(META_FILE);
+        let foreign = |file: &str| Error::ForeignFiles {
+            path: dir.to_path_buf(),
+            file: file.to_string(),
+        };
+        // Unique to this process and call; another creator's name or a
+        // crashed creator's leftover is someone else's file.
+        let tmp_name = format!(
+            "{META_FILE}.creating.{}.{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let tmp = dir.join(&tmp_name);
+        let file = match vfs.open(&tmp, OpenFlags::CreateNew) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(foreign(&tmp_name));
+            }
+            Err(e) => return Err(Error::io(&tmp, "create", e)),
+        };
+        match file.try_lock(true) {
+            // Nobody else knows the file yet: the lock is free.
+            Ok(true) => {}
+            r => {
+                let _ = vfs.remove(&tmp);
+                return Err(match r {
+                    Err(e) => Error::io(&tmp, "lock", e),
+                    Ok(_) => Error::StoreBusy {
+                        path: dir.to_path_buf(),
+                    },
+                });
+            }
+        }
+        let linked = vfs.link(&tmp, &meta_path);
+        let removed = vfs.remove(&tmp);
+        match linked {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(foreign(META_FILE));
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::Unsupported
+                ) && removed.is_ok() =>
+            {
+                drop(file);
+                return Self::create_meta_unlinked(vfs, dir);
+            }
+            Err(e) => return Err(Error::io(&meta_path, "link", e)),
+        }
+        if let Err(e) = removed {
+            // Not published after all: both names go (best effort).
+            let _ = vfs.remove(&meta_path);
+            let _ = vfs.remove(&tmp);
+            return Err(Error::io(&tmp, "remove", e));
+        }
+        Ok(file)
+    }
+
+    /// [`Engine::publish_meta`] without hard links: create, then lock.
+    fn create_meta_unlinked(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn StorageFile>> {
+        let meta_path = dir.join(META_FILE);
+        let file = match vfs.open(&meta_path, OpenFlags::CreateNew) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::ForeignFiles {
+                    path: dir.to_path_buf(),
+                    file: META_FILE.to_string(),
+                });
+            }
+            Err(e) => return Err(Error::io(&meta_path, "create", e)),
+        };
+        let locked = file.try_lock(true);
+        if !matches!(locked, Ok(true)) {
+            // Ours, and empty: an opener holding it reports no store.
+            let _ = vfs.remove(&meta_path);
+        }
+        match locked {
+            Ok(true) => Ok(file),
+            Ok(false) => Err(Error::StoreBusy {
+                path: dir.to_path_buf(),
+            }),
+            Err(e) => Err(Error::io(&meta_path, "lock", e)),
+        }
+    }
+
+    /// The files of a new store other than `meta.zr`'s name, then its
+    /// header: `dict.zr` (for a dictionary), an empty `0.chunk`, the
+    /// directory synced, then the header written into the locked `meta`
+    /// and synced. Every file it makes is added to `made`. A header on disk
+    /// so means every other file is durable; before it, `meta.zr` is empty.
+    fn create_files(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        opts: &CreateOptions,
+        meta: &dyn StorageFile,
+        header: &Header,
+        made: &mut Vec<PathBuf>,
+    ) -> Result<Box<dyn StorageFile>> {
+        let create = |name: &str, made: &mut Vec<PathBuf>| {
+            let p = dir.join(name);
+            match vfs.open(&p, OpenFlags::CreateNew) {
+                Ok(f) => {
+                    made.push(p);
+                    Ok(f)
+                }
+                // Put there since the directory was found empty: not ours.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    Err(Error::ForeignFiles {
+                        path: dir.to_path_buf(),
+                        file: name.to_string(),
+                    })
+                }
+                Err(e) => Err(Error::io(&p, "create", e)),
+            }
+        };
+        if let Some(d) = &opts.dictionary {
+            let p = dir.join(DICT_FILE);
+            let f = create(DICT_FILE, made)?;
+            f.write_at(d, 0).map_err(|e| Error::io(&p, "write", e))?;
+            f.sync().map_err(|e| Error::io(&p, "sync", e))?;
+        }
+        let chunk_path = dir.join(format::chunk_name(0));
+        let chunk = create(&format::chunk_name(0), made)?;
+        chunk
+            .sync()
+            .map_err(|e| Error::io(&chunk_path, "sync", e))?;
+        // The names (`meta.zr` included) are durable before the header is
+        // written: a header never names a file a power cut can lose.
+        vfs.sync_dir(dir)
+            .map_err(|e| Error::io(dir, "sync directory", e))?;
+        let meta_path = dir.join(META_FILE);
+        meta.write_at(&header.encode(), 0)
+            .map_err(|e| Error::io(&meta_path, "write", e))?;
+        meta.sync().map_err(|e| Error::io(&meta_path, "sync", e))?;
+        Ok(chunk)
+    }
+
     /// [`Engine::open`] with internal parameters.
     #[doc(hidden)]
     pub fn open_with(dir: impl AsRef<Path>, mode: OpenMode, cfg: EngineConfig) -> Result<Engine> {
@@ -295,6 +449,42 @@ impl Engine {
             }
             r => r,
         }
+    }
+
+    /// For an empty `meta.zr` that this open holds the lock of: the error
+    /// when the directory is what a create left before writing the header
+    /// (see [`Engine::create_files`]). `meta.zr` gone from the directory
+    /// (this open locked it after a failed create removed it) is no store;
+    /// `meta.zr` beside at most `dict.zr`, an empty `0.chunk` and files of
+    /// other names is an interrupted create. `Ok` when the directory holds a
+    /// store's data (loc segments, other chunks, `store.zr`, a marker or an
+    /// intent): a damaged store, which the caller reports.
+    fn check_unfinished_create(vfs: &dyn Vfs, dir: &Path, names: &[String]) -> Result<()> {
+        if !names.iter().any(|n| n == META_FILE) {
+            return Err(Error::NotAStore {
+                path: dir.to_path_buf(),
+            });
+        }
+        let data = names.iter().any(|n| {
+            [format::STORE_FILE, DURABLE_FILE, INTENT_FILE].contains(&n.as_str())
+                || format::parse_numbered(n, "loc").is_some()
+                || format::parse_numbered(n, "chunk").is_some_and(|id| id != 0)
+        });
+        if data {
+            return Ok(());
+        }
+        if names.iter().any(|n| *n == format::chunk_name(0)) {
+            let p = dir.join(format::chunk_name(0));
+            let f = vfs
+                .open(&p, OpenFlags::Read)
+                .map_err(|e| Error::io(&p, "open", e))?;
+            if f.len().map_err(|e| Error::io(&p, "stat", e))? != 0 {
+                return Ok(());
+            }
+        }
+        Err(Error::CreateInterrupted {
+            path: dir.to_path_buf(),
+        })
     }
 
     /// The open; `use_marker`: take a valid marker's header whatever the boot.
@@ -333,6 +523,9 @@ impl Engine {
         // handle would then serve (or write over) a half-applied delete.
         let names = vfs.list_dir(&dir).map_err(|e| Error::io(&dir, "list", e))?;
         let size = meta.len().map_err(|e| Error::io(&meta_path, "stat", e))?;
+        if size == 0 {
+            Self::check_unfinished_create(&*vfs, &dir, &names)?;
+        }
         if size != META_SIZE as u64 {
             return Err(Error::corrupted(
                 &meta_path,

@@ -37,6 +37,17 @@ pub enum Error {
         /// The directory (or missing file) looked at.
         path: PathBuf,
     },
+    /// `meta.zr` is empty and the directory holds none of a store's data:
+    /// what a [`crate::Engine::create`] leaves when a crash cuts it short
+    /// (one that fails otherwise removes what it made). Not a store; the
+    /// files must be removed before a create there can succeed.
+    #[error(
+        "{path} holds no store: a create there did not finish (meta.zr is empty); remove the directory's files and create the store again"
+    )]
+    CreateInterrupted {
+        /// The directory.
+        path: PathBuf,
+    },
     /// Another handle holds the store's lock.
     #[error("store {path} is busy: another handle holds its lock")]
     StoreBusy {

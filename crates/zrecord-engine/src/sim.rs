@@ -463,6 +463,21 @@ impl Vfs for SimVfs {
         Ok(())
     }
 
+    fn link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut s = self.lock();
+        enter(&mut s, true)?;
+        let id = *s
+            .dir
+            .get(from)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
+        if s.dir.contains_key(to) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists"));
+        }
+        s.dir.insert(to.to_path_buf(), id);
+        s.dir_log.push(DirOp::Link(to.to_path_buf(), id));
+        Ok(())
+    }
+
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
         let mut s = self.lock();
         enter(&mut s, false)?;
@@ -525,6 +540,26 @@ mod tests {
                 .read_file(Path::new("/d/g"))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_link_shares_the_file_and_never_replaces() {
+        let v = SimVfs::new();
+        let (a, b) = (Path::new("/d/a"), Path::new("/d/b"));
+        let f = v.open(a, OpenFlags::CreateNew).unwrap();
+        v.link(a, b).unwrap();
+        assert_eq!(
+            v.link(a, b).unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        v.remove(a).unwrap();
+        f.write_at(b"x", 0).unwrap();
+        assert_eq!(v.read_file(b).unwrap(), b"x");
+        assert!(v.read_file(a).is_none());
+        // Unsynced: a power cut may lose the new name.
+        assert!(v.snapshot().crash_image(0).read_file(b).is_none());
+        v.sync_dir(Path::new("/d")).unwrap();
+        assert!(v.snapshot().crash_image(0).read_file(b).is_some());
     }
 
     #[test]

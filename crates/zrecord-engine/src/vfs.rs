@@ -74,6 +74,13 @@ pub trait Vfs: Send + Sync + Debug {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Renames a file, replacing the target.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Gives the file `from` a second name, `to` (a hard link), failing with
+    /// `AlreadyExists` when `to` exists: never replacing it. `create`
+    /// publishes `meta.zr` this way, already locked, so that of two creators
+    /// exactly one gets the name and no opener sees it unlocked. A file
+    /// system without hard links fails with `PermissionDenied` or
+    /// `Unsupported` (as Linux does).
+    fn link(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Names of the entries of a directory (`NotFound` if it does not exist).
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// `mkdir -p`.
@@ -247,6 +254,10 @@ impl Vfs for RealVfs {
         std::fs::rename(from, to)
     }
 
+    fn link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::hard_link(from, to)
+    }
+
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
         for e in std::fs::read_dir(dir)? {
@@ -298,5 +309,22 @@ mod tests {
         f.read_at(&mut out, 5).unwrap();
         assert_eq!(out, bufs.concat());
         assert_eq!(f.len().unwrap(), 6005);
+    }
+
+    #[test]
+    fn a_link_never_replaces_and_a_lock_follows_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let f = RealVfs.open(&a, OpenFlags::CreateNew).unwrap();
+        assert!(f.try_lock(true).unwrap());
+        RealVfs.link(&a, &b).unwrap();
+        let e = RealVfs.link(&a, &b).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        RealVfs.remove(&a).unwrap();
+        // The lock taken under the first name holds the file under the second.
+        let g = RealVfs.open(&b, OpenFlags::Read).unwrap();
+        assert!(!g.try_lock(false).unwrap());
+        drop(f);
+        assert!(g.try_lock(false).unwrap());
     }
 }

@@ -211,6 +211,9 @@ impl zrecord_engine::vfs::Vfs for LoggingVfs {
     fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
         zrecord_engine::vfs::RealVfs.rename(from, to)
     }
+    fn link(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        zrecord_engine::vfs::RealVfs.link(from, to)
+    }
     fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
         self.log.lock().unwrap().push("list");
         zrecord_engine::vfs::RealVfs.list_dir(dir)

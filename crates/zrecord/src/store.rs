@@ -100,10 +100,18 @@ fn exists(p: &Path) -> Result<bool> {
 }
 
 /// [`probe`], keeping the whole header.
+///
+/// A create makes `meta.zr` (locked from the start) before `store.zr`, and
+/// holds the lock until its handle is dropped, so the checks run in the
+/// other order: a `store.zr` seen first has its `meta.zr` when that is
+/// checked, and a `meta.zr` without `store.zr` is looked at again after its
+/// lock was tried. Checked naively, a create that finished in between looked
+/// like a store without `meta.zr`, or one that did not finish.
 pub(crate) fn probe_header(path: &Path) -> Result<Option<TypedHeader>> {
     let meta = path.join(META_FILE);
     let store = path.join(STORE_FILE);
-    match (exists(&meta)?, exists(&store)?) {
+    let store_here = exists(&store)?;
+    match (exists(&meta)?, store_here) {
         (false, false) => Ok(None),
         (true, false) => {
             // Another handle may be creating it right now (it holds the lock
@@ -117,10 +125,17 @@ pub(crate) fn probe_header(path: &Path) -> Result<Option<TypedHeader>> {
                     path: path.to_path_buf(),
                 }));
             }
-            Err(Error::BadStore {
-                file: store,
-                detail: "missing, but meta.zr exists: the store's creation did not finish".into(),
-            })
+            // Or it has finished since (and let go), or failed and removed
+            // what it made.
+            match (exists(&meta)?, exists(&store)?) {
+                (_, true) => Ok(Some(typed_header::read(path)?)),
+                (false, false) => Ok(None),
+                (true, false) => Err(Error::BadStore {
+                    file: store,
+                    detail: "missing, but meta.zr exists: the store's creation did not finish"
+                        .into(),
+                }),
+            }
         }
         (false, true) => Err(Error::BadStore {
             file: meta,

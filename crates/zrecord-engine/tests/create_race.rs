@@ -1,0 +1,399 @@
+//! Guards against `create` racing an `open` or another `create` of the same
+//! directory. `create` used to make `meta.zr` (empty) and only then lock it:
+//! an open that landed between the two took the lock first and reported the
+//! empty `meta.zr` as `Corrupted`, while the creator failed with `StoreBusy`
+//! and left a directory behind that neither opened nor could be created
+//! again; and two creators that both found the directory empty got one store
+//! and a raw I/O error ("File exists") instead of `ForeignFiles`. Now the
+//! locked `meta.zr` is published with a hard link that fails if the name
+//! exists, so it is never visible unlocked while its creator runs.
+//!
+//! Real threads race on real directories (`/dev/shm` where present, so the
+//! fsyncs cost little and the loop is long); the crash and failure tests use
+//! the simulated disk: a create cut short at any I/O call (power cut, kill,
+//! injected error) leaves a directory that opens as an empty store or is
+//! reported as not a store (`NotAStore`, `CreateInterrupted`), never as
+//! `Corrupted`, and that a later create takes or refuses naming a file.
+
+mod common;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use zrecord_engine::sim::SimVfs;
+use zrecord_engine::vfs::{OpenFlags, RealVfs, StorageFile, Vfs};
+use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, Error, OpenMode};
+
+const ROUNDS: usize = 300;
+
+fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The store a finished create leaves: opens read-write, empty, verified,
+/// holding exactly the files a new store has.
+fn assert_new_store(dir: &Path, what: &str) {
+    let e = Engine::open(dir, OpenMode::ReadWrite)
+        .unwrap_or_else(|e| panic!("{what}: the created store does not reopen: {e}"));
+    assert_eq!(e.len(), 0, "{what}");
+    assert!(e.verify().unwrap().is_ok(), "{what}");
+    e.append_fixed(b"abcd", 4).unwrap();
+    drop(e);
+    assert_eq!(names(dir), ["0.chunk", "0.loc", "meta.zr"], "{what}");
+}
+
+#[test]
+fn racing_creators_leave_one_store_and_a_clear_refusal() {
+    let tmp = scratch();
+    let creators = 3;
+    for round in 0..ROUNDS {
+        // Every other round the directory exists (empty) beforehand.
+        let dir = tmp.path().join(format!("s{round}"));
+        if round % 2 == 0 {
+            std::fs::create_dir(&dir).unwrap();
+        }
+        let go = Barrier::new(creators);
+        let results: Vec<Result<Engine, Error>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..creators)
+                .map(|_| {
+                    s.spawn(|| {
+                        go.wait();
+                        Engine::create(&dir, &CreateOptions::new(Codec::Raw))
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut winners = 0;
+        for r in &results {
+            match r {
+                Ok(_) => winners += 1,
+                Err(Error::ForeignFiles { path, file }) => {
+                    assert_eq!(path, &dir);
+                    assert!(!file.is_empty());
+                }
+                Err(Error::StoreBusy { .. }) => {}
+                Err(e) => panic!("round {round}: a losing creator got {e:?}"),
+            }
+        }
+        assert_eq!(winners, 1, "round {round}: {results:?}");
+        drop(results);
+        // The losers left nothing behind.
+        assert_new_store(&dir, &format!("round {round}"));
+    }
+}
+
+#[test]
+fn an_open_racing_a_create_sees_no_store_a_busy_one_or_an_empty_one() {
+    let tmp = scratch();
+    let (mut busy, mut absent, mut opened) = (0u64, 0u64, 0u64);
+    for round in 0..ROUNDS {
+        let dir = tmp.path().join(format!("s{round}"));
+        std::fs::create_dir(&dir).unwrap();
+        let done = AtomicBool::new(false);
+        let go = Barrier::new(3);
+        let (created, seen) = std::thread::scope(|s| {
+            let creator = s.spawn(|| {
+                go.wait();
+                let r = Engine::create(&dir, &CreateOptions::new(Codec::Zstd));
+                // Released at once: the openers then see the finished store.
+                let r = r.map(drop);
+                done.store(true, Ordering::SeqCst);
+                r
+            });
+            let openers: Vec<_> = [OpenMode::ReadWrite, OpenMode::ReadOnly]
+                .into_iter()
+                .map(|mode| {
+                    let (dir, done, go) = (&dir, &done, &go);
+                    s.spawn(move || {
+                        go.wait();
+                        let mut seen = Vec::new();
+                        loop {
+                            let finished = done.load(Ordering::SeqCst);
+                            match Engine::open(dir, mode) {
+                                Ok(e) => {
+                                    assert_eq!(e.len(), 0, "round {round} {mode:?}");
+                                    seen.push(Ok(()));
+                                }
+                                Err(e) => seen.push(Err(e)),
+                            }
+                            // One last try after the creator let go.
+                            if finished {
+                                break seen;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let created = creator.join().unwrap();
+            let seen: Vec<_> = openers
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect();
+            (created, seen)
+        });
+        let odd: Vec<_> = seen
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .filter(|e| !matches!(e, Error::StoreBusy { .. } | Error::NotAStore { .. }))
+            .take(2)
+            .collect();
+        assert!(
+            created.is_ok(),
+            "round {round}: the only creator failed: {created:?} (openers also saw {odd:?})"
+        );
+        for r in seen {
+            match r {
+                Ok(()) => opened += 1,
+                Err(Error::StoreBusy { .. }) => busy += 1,
+                Err(Error::NotAStore { .. }) => absent += 1,
+                Err(e) => panic!("round {round}: an open racing the create got {e:?}"),
+            }
+        }
+        assert_new_store(&dir, &format!("round {round}"));
+    }
+    eprintln!("opens racing a create: {opened} opened, {busy} busy, {absent} no store");
+    assert!(
+        opened > 0 && absent > 0,
+        "the race never ran: {opened} {absent}"
+    );
+}
+
+/// How a directory left by a create cut short opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Found {
+    /// An empty, valid, writable store.
+    NewStore,
+    /// `NotAStore`.
+    NoStore,
+    /// `CreateInterrupted`.
+    Interrupted,
+}
+
+/// Opens both ways; anything but [`Found`] (`Corrupted` above all) is a
+/// failure, described.
+fn open_cut_short(vfs: &SimVfs, dir: &Path, what: &str) -> Result<Found, String> {
+    let mut found = None;
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let f = match Engine::open_with(dir, mode, common::sim(vfs)) {
+            Ok(e) => {
+                if !e.is_empty() || !e.verify().unwrap().is_ok() {
+                    return Err(format!("{what} {mode:?}: opened with {} records", e.len()));
+                }
+                if mode == OpenMode::ReadWrite {
+                    e.append_fixed(b"abcd", 4)
+                        .map_err(|e| format!("{what}: no append: {e}"))?;
+                }
+                Found::NewStore
+            }
+            Err(Error::NotAStore { .. }) => Found::NoStore,
+            Err(Error::CreateInterrupted { .. }) => Found::Interrupted,
+            Err(e) => return Err(format!("{what} {mode:?}: {e:?}")),
+        };
+        if found.is_some_and(|g| g != f) {
+            return Err(format!("{what}: read-only and read-write opens disagree"));
+        }
+        found = Some(f);
+    }
+    Ok(found.unwrap())
+}
+
+/// A create on what a cut-short create left: succeeds with a valid store,
+/// or is refused naming a file the directory holds.
+fn create_again(vfs: &SimVfs, dir: &Path, opts: &CreateOptions, what: &str) -> bool {
+    let before = vfs.list_dir(dir).unwrap_or_default();
+    match Engine::create_with(dir, opts, common::sim(vfs)) {
+        Ok(e) => {
+            drop(e);
+            let e = Engine::open_with(dir, OpenMode::ReadWrite, common::sim(vfs))
+                .unwrap_or_else(|e| panic!("{what}: the new store does not open: {e}"));
+            assert_eq!(e.len(), 0, "{what}");
+            true
+        }
+        Err(Error::ForeignFiles { file, .. }) => {
+            assert!(
+                before.contains(&file),
+                "{what}: refused for {file}, not in {before:?}"
+            );
+            false
+        }
+        Err(e) => panic!("{what}: a second create got {e:?}"),
+    }
+}
+
+#[test]
+fn a_create_cut_short_at_any_call_leaves_no_store_or_an_empty_one() {
+    let dir = Path::new("/store");
+    let mut images = 0u64;
+    let mut found = std::collections::BTreeMap::<String, u64>::new();
+    let mut refused = 0u64;
+    for codec in [Codec::Raw, Codec::ZstdDict] {
+        let opts = common::options(codec);
+        let vfs = SimVfs::new();
+        vfs.record(true);
+        let e = Engine::create_with(dir, &opts, common::sim(&vfs)).unwrap();
+        vfs.record(false);
+        let mut snaps = vfs.take_snapshots();
+        let points = snaps.len();
+        snaps.push(vfs.snapshot());
+        drop(e);
+        for (p, snap) in snaps.iter().enumerate() {
+            let mut cut = vec![("kill", snap.kill_image())];
+            cut.extend((0..10).map(|seed| ("power cut", snap.crash_image(seed))));
+            for (k, (how, image)) in cut.into_iter().enumerate() {
+                let what = format!("{codec:?}: {how} at call {p} of {points} (image {k})");
+                images += 1;
+                let f = open_cut_short(&image.fork(), dir, &what).unwrap_or_else(|m| panic!("{m}"));
+                // A create that returned is durable.
+                assert!(p < points || f == Found::NewStore, "{what}: {f:?}");
+                *found.entry(format!("{f:?}")).or_default() += 1;
+                if !create_again(&image, dir, &opts, &what) {
+                    refused += 1;
+                }
+            }
+        }
+    }
+    eprintln!("create cut short: {images} images, {found:?}, {refused} refused a second create");
+    assert_eq!(found.len(), 3, "not every outcome was reached: {found:?}");
+    assert!(refused > 0);
+}
+
+#[test]
+fn a_failed_create_removes_what_it_made() {
+    let dir = Path::new("/store");
+    for codec in [Codec::Raw, Codec::ZstdDict] {
+        let opts = common::options(codec);
+        let clean = SimVfs::new();
+        let start = clean.calls();
+        drop(Engine::create_with(dir, &opts, common::sim(&clean)).unwrap());
+        let calls = clean.calls() - start;
+        for n in 0..calls {
+            let vfs = SimVfs::new();
+            vfs.fail_at(Some(n));
+            let what = format!("{codec:?}: call {n} of {calls} fails");
+            match Engine::create_with(dir, &opts, common::sim(&vfs)) {
+                Err(Error::Io { .. }) => {}
+                r => panic!("{what}: {:?}", r.map(|_| ())),
+            }
+            vfs.fail_at(None);
+            assert_eq!(
+                vfs.list_dir(dir).unwrap_or_default(),
+                Vec::<String>::new(),
+                "{what}: files left behind"
+            );
+            assert!(create_again(&vfs, dir, &opts, &what), "{what}");
+        }
+    }
+}
+
+#[test]
+fn an_empty_meta_zr_is_an_interrupted_create_and_a_damaged_store_stays_corrupted() {
+    let tmp = scratch();
+    let dir = tmp.path().join("s");
+    // What a killed create leaves: meta.zr not yet written, 0.chunk empty,
+    // and a file of another name (a note, or the temporary name).
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("meta.zr"), b"").unwrap();
+    std::fs::write(dir.join("0.chunk"), b"").unwrap();
+    std::fs::write(dir.join("meta.zr.creating.1.0"), b"").unwrap();
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let e = Engine::open(&dir, mode).map(|_| ()).unwrap_err();
+        assert!(matches!(e, Error::CreateInterrupted { .. }), "{e:?}");
+        assert!(e.to_string().contains("did not finish"), "{e}");
+    }
+    match Engine::create(&dir, &CreateOptions::new(Codec::Raw)).map(|_| ()) {
+        Err(Error::ForeignFiles { file, .. }) => assert_eq!(file, "0.chunk"),
+        r => panic!("{r:?}"),
+    }
+    // A store with data whose meta.zr was emptied is damaged, not unfinished.
+    let dir = tmp.path().join("t");
+    Engine::create(&dir, &CreateOptions::new(Codec::Raw))
+        .unwrap()
+        .append_fixed(b"abcd", 4)
+        .unwrap();
+    std::fs::write(dir.join("meta.zr"), b"").unwrap();
+    let e = Engine::open(&dir, OpenMode::ReadOnly)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(e, Error::Corrupted { .. }), "{e:?}");
+}
+
+/// The real file system, without hard links (as vfat).
+#[derive(Debug)]
+struct NoLinks;
+
+impl Vfs for NoLinks {
+    fn open(&self, path: &Path, flags: OpenFlags) -> std::io::Result<Box<dyn StorageFile>> {
+        RealVfs.open(path, flags)
+    }
+    fn exists(&self, path: &Path) -> std::io::Result<bool> {
+        RealVfs.exists(path)
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        RealVfs.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        RealVfs.rename(from, to)
+    }
+    fn link(&self, _from: &Path, _to: &Path) -> std::io::Result<()> {
+        Err(std::io::Error::from_raw_os_error(libc::EPERM))
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        RealVfs.list_dir(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        RealVfs.create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        RealVfs.sync_dir(dir)
+    }
+    fn boot_id(&self) -> Option<Vec<u8>> {
+        RealVfs.boot_id()
+    }
+}
+
+#[test]
+fn without_hard_links_create_still_works_and_refuses_a_second_creator() {
+    let tmp = scratch();
+    let dir = tmp.path().join("s");
+    let cfg = || EngineConfig {
+        vfs: Arc::new(NoLinks),
+        ..EngineConfig::default()
+    };
+    let e = Engine::create_with(&dir, &CreateOptions::new(Codec::Zstd), cfg()).unwrap();
+    assert_eq!(names(&dir), ["0.chunk", "meta.zr"]);
+    assert!(matches!(
+        Engine::open(&dir, OpenMode::ReadOnly),
+        Err(Error::StoreBusy { .. })
+    ));
+    drop(e);
+    assert_new_store(&dir, "no hard links");
+    // A creator that found the directory empty but lost the name.
+    let dir: PathBuf = tmp.path().join("t");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("meta.zr"), b"").unwrap();
+    for vfs in [Arc::new(NoLinks) as Arc<dyn Vfs>, Arc::new(RealVfs)] {
+        let cfg = EngineConfig {
+            vfs,
+            ..EngineConfig::default()
+        };
+        // The listing is taken first, so it names meta.zr too.
+        match Engine::create_with(&dir, &CreateOptions::new(Codec::Raw), cfg).map(|_| ()) {
+            Err(Error::ForeignFiles { file, .. }) => assert_eq!(file, "meta.zr"),
+            r => panic!("{r:?}"),
+        }
+    }
+}
