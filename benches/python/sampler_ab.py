@@ -86,7 +86,7 @@ def main():
                   f"{min(x['best'] for x in v):.2f} | "
                   f"{statistics.median(x['np_median'] for x in v):.2f} | "
                   f"{statistics.median(ratios):.2f}x | {min(ratios):.2f}-{max(ratios):.2f}x |")
-    print(f"a / b, median of per-run median ratios: " + ", ".join(
+    print("a / b, median of per-run median ratios: " + ", ".join(
         f"{b}: {statistics.median(x[b]['median'] / y[b]['median'] for x, y in zip(res['a'], res['b'])):.3f}"
         for b in BATCHES))
 
