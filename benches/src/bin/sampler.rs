@@ -5,10 +5,13 @@
 //!
 //! Prints ns per batch and per index; `peer/ours` > 1 means zsampler is
 //! faster than SmallRng + random_range (a stateful generator that cannot seek).
+//! `uninit ns/b` is the same batch through `batch_at_uninit` into a
+//! `MaybeUninit` buffer (what the Python binding fills a fresh array with).
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::hint::black_box;
+use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 use zsampler::{Mode, Sampler};
 
@@ -42,11 +45,12 @@ fn time_per_batch(mut f: impl FnMut(u64)) -> f64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("zsampler vs rand 0.10 SmallRng::random_range, n = {N}");
     println!(
-        "{:>6}  {:<10} {:>12} {:>10} {:>12} {:>10}",
-        "batch", "mode", "ours ns/b", "ns/index", "peer ns/b", "peer/ours"
+        "{:>6}  {:<10} {:>12} {:>10} {:>12} {:>10} {:>12}",
+        "batch", "mode", "ours ns/b", "ns/index", "peer ns/b", "peer/ours", "uninit ns/b"
     );
     for &batch in &BATCHES {
         let mut buf = vec![0u64; batch];
+        let mut raw = vec![MaybeUninit::<u64>::uninit(); batch];
         let mut rng = SmallRng::seed_from_u64(42);
         let peer = time_per_batch(|_| {
             for o in buf.iter_mut() {
@@ -65,8 +69,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let _ = sampler.batch_at(black_box(step), &mut buf);
                 black_box(&buf);
             });
+            let uninit = time_per_batch(|step| {
+                let _ = sampler.batch_at_uninit(black_box(step), &mut raw);
+                black_box(&raw);
+            });
             println!(
-                "{batch:>6}  {name:<10} {ours:>12.0} {:>10.2} {peer:>12.0} {:>10.2}",
+                "{batch:>6}  {name:<10} {ours:>12.0} {:>10.2} {peer:>12.0} {:>10.2} {uninit:>12.0}",
                 ours / batch as f64,
                 peer / ours
             );

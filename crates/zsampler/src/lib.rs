@@ -7,7 +7,8 @@
 //!
 //! # Overview
 //! - [`Sampler`] — the public face: [`Sampler::batch_at`] fills a caller's
-//!   `&mut [u64]` with any step's batch, without allocating;
+//!   `&mut [u64]` with any step's batch, without allocating
+//!   ([`Sampler::batch_at_uninit`]: the same into uninitialised memory);
 //!   [`Sampler::next_into`] and the [`Iterator`] implementation are an
 //!   endless cursor over steps; [`Sampler::seek`] moves it.
 //!   [`Sampler::sharded`] gives rank `r` of `w` processes a contiguous slice
@@ -51,6 +52,7 @@ mod counter;
 mod error;
 mod permutation;
 mod sampler;
+mod slot;
 
 pub use counter::CounterRng;
 pub use error::{Error, Result};

@@ -16,6 +16,7 @@
 //! times over. Batches are computed [`LANES`] positions side by side.
 
 use crate::counter::{GAMMA, mix64};
+use crate::slot::Slot;
 
 /// Feistel rounds. Even, so the half widths are back where they started.
 pub(crate) const ROUNDS: usize = 6;
@@ -154,8 +155,9 @@ impl Permutation {
     }
 
     /// `out[j] = apply(first + j)`, computed [`LANES`] positions at a time.
-    /// Requires `first + out.len() <= n`.
-    pub(crate) fn fill(&self, first: u64, out: &mut [u64]) {
+    /// Requires `first + out.len() <= n`. Writes every element of `out` and
+    /// never reads one, so `out` may be uninitialised memory.
+    pub(crate) fn fill<S: Slot>(&self, first: u64, out: &mut [S]) {
         let mut chunks = out.chunks_exact_mut(LANES);
         let mut pos = first;
         for chunk in &mut chunks {
@@ -177,18 +179,24 @@ impl Permutation {
                     r[j] ^= round_fn(l[j], pair[1], wr);
                 }
             }
-            for (j, o) in chunk.iter_mut().enumerate() {
-                *o = (u64::from(l[j]) << wr) | u64::from(r[j]);
+            // The lanes that land outside `0..n` (under half) are walked
+            // in `v`, then all are stored: `out` is only ever written.
+            let mut v = [0u64; LANES];
+            for j in 0..LANES {
+                v[j] = (u64::from(l[j]) << wr) | u64::from(r[j]);
             }
-            for o in chunk.iter_mut() {
-                if *o >= self.n {
-                    *o = self.walk(self.encrypt(*o));
+            for x in &mut v {
+                if *x >= self.n {
+                    *x = self.walk(self.encrypt(*x));
                 }
+            }
+            for (o, &x) in chunk.iter_mut().zip(&v) {
+                o.set(x);
             }
             pos += LANES as u64;
         }
         for (o, i) in chunks.into_remainder().iter_mut().zip(pos..) {
-            *o = self.apply(i);
+            o.set(self.apply(i));
         }
     }
 

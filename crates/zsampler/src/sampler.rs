@@ -2,7 +2,9 @@
 
 use crate::counter::{Key, bounded, mix64};
 use crate::permutation::Permutation;
+use crate::slot::Slot;
 use crate::{Error, Result};
+use std::mem::MaybeUninit;
 
 /// How indices are drawn. The numbering matches the reference package's
 /// `Sampler.Mode` (and its C ABI), so a mode crosses the Python boundary as a
@@ -243,14 +245,52 @@ impl Sampler {
     /// they were.
     ///
     /// # Errors
-    /// [`Error::BufferTooSmall`] if `out.len() < batch_len()`.
+    /// [`Error::BufferTooSmall`] if `out.len() < batch_len()`; nothing is
+    /// written then.
     pub fn batch_at(&self, step: u64, out: &mut [u64]) -> Result<usize> {
+        self.fill_at(step, out)
+    }
+
+    /// [`Self::batch_at`] into memory that need not be initialised (e.g. a
+    /// freshly allocated array, which would otherwise be zeroed only to be
+    /// overwritten): the same values, by the same code.
+    ///
+    /// On `Ok(len)`, every element of `out[..len]` has been written, so the
+    /// caller may treat `out[..len]` as initialised (`assume_init`): code that
+    /// does so under `unsafe` may rely on this. Elements past `len` are left
+    /// as they were; on error nothing is written. (No initialised
+    /// `&mut [u64]` is returned: turning the written slice into one needs
+    /// `unsafe`, which this crate forbids; stable Rust has no safe idiom for
+    /// it yet.)
+    ///
+    /// ```
+    /// use std::mem::MaybeUninit;
+    /// use zsampler::{Mode, Sampler};
+    ///
+    /// let s = Sampler::new(1_000, 8, Mode::Iid, 7)?;
+    /// let mut buf = vec![MaybeUninit::<u64>::uninit(); s.batch_len()];
+    /// let len = s.batch_at_uninit(3, &mut buf)?;
+    /// // SAFETY: `batch_at_uninit` wrote every element of `buf[..len]`.
+    /// let batch: Vec<u64> = buf[..len].iter().map(|x| unsafe { x.assume_init() }).collect();
+    /// assert_eq!(batch, s.batch(3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] if `out.len() < batch_len()`; nothing is
+    /// written then.
+    pub fn batch_at_uninit(&self, step: u64, out: &mut [MaybeUninit<u64>]) -> Result<usize> {
+        self.fill_at(step, out)
+    }
+
+    /// The one body of [`Self::batch_at`] and [`Self::batch_at_uninit`]:
+    /// writes every element of `out[..batch_len()]` on success, none on
+    /// error.
+    fn fill_at<S: Slot>(&self, step: u64, out: &mut [S]) -> Result<usize> {
         let len = self.batch_len();
+        let got = out.len();
         let Some(out) = out.get_mut(..len) else {
-            return Err(Error::BufferTooSmall {
-                needed: len,
-                got: out.len(),
-            });
+            return Err(Error::BufferTooSmall { needed: len, got });
         };
         match self.mode {
             Mode::Sequential => self.fill_sequential(step, out),
@@ -279,6 +319,19 @@ impl Sampler {
         Ok(len)
     }
 
+    /// [`Self::next_into`] into memory that need not be initialised: on
+    /// `Ok(len)` every element of `out[..len]` has been written, as
+    /// [`Self::batch_at_uninit`] guarantees.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`]; the cursor does not move and nothing is
+    /// written then.
+    pub fn next_into_uninit(&mut self, out: &mut [MaybeUninit<u64>]) -> Result<usize> {
+        let len = self.batch_at_uninit(self.step, out)?;
+        self.step = self.step.wrapping_add(1);
+        Ok(len)
+    }
+
     /// Global draw number of this rank's first lane at `step` (wrapping: the
     /// IID stream has period 2^64 draws).
     #[inline]
@@ -287,7 +340,7 @@ impl Sampler {
             .wrapping_add(self.lo as u64)
     }
 
-    fn fill_sequential(&self, step: u64, out: &mut [u64]) {
+    fn fill_sequential<S: Slot>(&self, step: u64, out: &mut [S]) {
         let n = u128::from(self.n);
         let start = (u128::from(step) * self.global as u128 + self.lo as u128) % n;
         let mut idx = start as u64;
@@ -297,22 +350,22 @@ impl Sampler {
             let run = (self.n - idx).min(rest.len() as u64) as usize;
             let (head, tail) = rest.split_at_mut(run);
             for (o, v) in head.iter_mut().zip(idx..) {
-                *o = v;
+                o.set(v);
             }
             rest = tail;
             idx = 0;
         }
     }
 
-    fn fill_iid(&self, step: u64, out: &mut [u64]) {
+    fn fill_iid<S: Slot>(&self, step: u64, out: &mut [S]) {
         let base = self.first_draw(step);
         let (key, n, thr) = (&self.key, self.n, self.threshold);
         for (o, j) in out.iter_mut().zip(0u64..) {
-            *o = bounded(key, base.wrapping_add(j), n, thr);
+            o.set(bounded(key, base.wrapping_add(j), n, thr));
         }
     }
 
-    fn fill_cyclic(&self, step: u64, out: &mut [u64]) {
+    fn fill_cyclic<S: Slot>(&self, step: u64, out: &mut [S]) {
         let (cycle, first) = match step.checked_div(self.per_cycle) {
             // n < batch_size (per_cycle == 0): every step is a whole cycle.
             None => (step, self.lo as u64),
