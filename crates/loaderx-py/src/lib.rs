@@ -21,7 +21,9 @@
 //!
 //! Errors become the `loaderx._errors` hierarchy (`ZrecordError` subclasses,
 //! some also `IndexError` / `FileNotFoundError` / `PermissionError`) or plain
-//! `ValueError` for argument mistakes.
+//! `ValueError` for argument mistakes. An exception's message is the Rust
+//! error's whole chain (its message, then each `source()`'s, joined with
+//! ": "), since the Rust errors do not repeat their cause in their message.
 //!
 //! The module is only usable from Python; its Rust items are not a public
 //! Rust API.
@@ -54,6 +56,21 @@ const MAX_RECORD_LEN: u64 = 1 << 31;
 
 // ---------------------------------------------------------------------------
 // errors
+
+/// `e` and its causes, joined with ": ": the Rust errors leave their cause
+/// (an OS error, the engine's error) to `source()` rather than repeat it in
+/// their message, so an exception's message is the whole chain, each
+/// message once ("read /s/0.loc: No such file or directory (os error 2)").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
 
 /// Builds `loaderx._errors.<kind>(None, message)`.
 fn zerr(py: Python<'_>, kind: &str, message: String) -> PyErr {
@@ -96,7 +113,7 @@ fn io_err(py: Python<'_>, message: String, path: &std::path::Path, e: &std::io::
 
 fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
     use zrecord_engine::Error as E;
-    let msg = e.to_string();
+    let msg = chain(e);
     match e {
         E::Io { .. } | E::Poisoned { .. } => zerr(py, "StoreIOError", msg),
         // One record's entry or frame (a frame that fails to decode is
@@ -127,14 +144,14 @@ fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
 fn open_err(py: Python<'_>, e: zrecord::Error) -> PyErr {
     match &e {
         zrecord::Error::Engine(zrecord_engine::Error::Corrupted { .. })
-        | zrecord::Error::Corrupted { .. } => zerr(py, "InvalidStore", e.to_string()),
+        | zrecord::Error::Corrupted { .. } => zerr(py, "InvalidStore", chain(&e)),
         _ => to_py(py, e),
     }
 }
 
 fn to_py(py: Python<'_>, e: zrecord::Error) -> PyErr {
     use zrecord::Error as E;
-    let msg = e.to_string();
+    let msg = chain(&e);
     match &e {
         E::Engine(inner) => engine_err(py, inner),
         E::Io { path, source } => io_err(py, msg, path, source),
@@ -1105,7 +1122,7 @@ fn train_dict<'py>(
     }
     let dict = py
         .detach(|| zrecord_engine::train_dictionary(data, &sizes, target))
-        .map_err(|e| zerr(py, "DictTrainingError", e.to_string()))?;
+        .map_err(|e| zerr(py, "DictTrainingError", chain(&e)))?;
     Ok(PyBytes::new(py, &dict))
 }
 

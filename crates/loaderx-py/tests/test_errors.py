@@ -303,3 +303,38 @@ def test_a_refused_nested_field_is_named_by_its_path():
         DenseStore("c", np.dtype([("top", [("n", "<i4"), ("obj", "O")])]), (2,))
     import os
     assert not any(os.path.exists(p) for p in ("a", "b", "c"))
+
+
+@ours_only
+def test_io_error_messages_name_the_file_and_the_os_reason_once(tmp_path):
+    """The Rust errors no longer repeat their OS error in their own message
+    (it is their `source()`, so chain printers showed it twice); the
+    binding builds the message from the whole chain, so it still names the
+    file and the reason, each once."""
+    import errno
+    import os
+    from loaderx.io import load_npy
+    from loaderx._errors import StoreIOError, StoreNotFound
+
+    missing = tmp_path / "missing.npy"
+    with pytest.raises(StoreNotFound) as caught:
+        load_npy(missing)
+    m = str(caught.value)
+    assert m.count(str(missing)) == 1, m
+    assert m.count(os.strerror(errno.ENOENT)) == 1, m
+
+    # A store whose record table is a directory: the engine's open fails
+    # with the OS's EISDIR, named with the call and the file.
+    path = tmp_path / "s"
+    s = DenseStore(str(path), dtype=np.float32, item_shape=(4,))
+    s.append(np.zeros((10, 4), np.float32))
+    s.close()
+    loc = path / "0.loc"
+    os.remove(loc)
+    os.mkdir(loc)
+    with pytest.raises(StoreIOError) as caught:
+        DenseStore(str(path))
+    m = str(caught.value)
+    assert m.count(str(loc)) == 1, m
+    assert m.startswith(f"open {loc}: "), m
+    assert m.count(os.strerror(errno.EISDIR)) == 1, m

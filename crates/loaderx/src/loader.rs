@@ -286,9 +286,10 @@ impl<O: Send + 'static> DataLoader<O> {
             Slot::sized(&layout, batch_len).map_err(|(i, source)| Error::Config {
                 option: "batch_size",
                 detail: format!(
-                    "a batch of {batch_len} records of stream {:?} ({}): {source}",
+                    "a batch of {batch_len} records of stream {:?} ({}): {}",
                     layout.names[i],
-                    layout.streams[i].describe()
+                    layout.streams[i].describe(),
+                    crate::error::chain(&source)
                 ),
             })?;
         // The producer's index buffer and the first batch's copy of it: on a

@@ -4,11 +4,38 @@ use std::path::PathBuf;
 
 /// Everything that can go wrong in the engine. Each variant names the file,
 /// index or argument it concerns.
+///
+/// An error's message does not repeat its cause: [`Error::Io`] says what
+/// failed on which file ("read /data/s/0.loc"), and the OS error is its
+/// [`source()`](std::error::Error::source), not part of its `Display`. Walk
+/// `source()` (or print with `{:#}` through `anyhow`, or any reporter that
+/// follows the chain) to show the cause as well:
+///
+/// ```
+/// use std::error::Error as _;
+/// use std::io;
+/// let e = zrecord_engine::Error::Io {
+///     path: "/data/s/0.loc".into(),
+///     op: "read",
+///     source: io::Error::from(io::ErrorKind::UnexpectedEof),
+/// };
+/// assert_eq!(e.to_string(), "read /data/s/0.loc");
+/// let mut message = e.to_string();
+/// let mut cause = e.source();
+/// while let Some(c) = cause {
+///     message += &format!(": {c}");
+///     cause = c.source();
+/// }
+/// assert_eq!(message, "read /data/s/0.loc: unexpected end of file");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An operating-system I/O call failed.
-    #[error("{op} {path}: {source}")]
+    /// An operating-system I/O call failed. The message names the call and
+    /// the file; the OS error is the [`source()`](std::error::Error::source)
+    /// (downcast it to [`std::io::Error`] for its kind), not repeated in
+    /// the message.
+    #[error("{op} {path}")]
     Io {
         /// The file or directory the call was about.
         path: PathBuf,
@@ -205,6 +232,42 @@ fn record_prefix(record: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::error::Error as _;
+
+    /// The error and its causes, each message once, joined with ": " (as
+    /// anyhow's `{:#}` prints them).
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            out.push_str(": ");
+            out.push_str(&c.to_string());
+            cause = c.source();
+        }
+        out
+    }
+
+    /// Regression: `Io` wrote its OS error into its message and also
+    /// returned it from `source()`, so anything that prints the chain
+    /// (anyhow's `{:#}`, eyre, the Python binding) printed it twice: "read
+    /// /x/0.loc: No such file or directory (os error 2): No such file or
+    /// directory (os error 2)".
+    #[test]
+    fn an_io_error_leaves_its_os_error_to_source_and_the_chain_shows_it_once() {
+        let os = std::io::Error::from_raw_os_error(2);
+        let os_msg = os.to_string();
+        let e = Error::io("/x/0.loc", "read", os);
+        assert_eq!(e.to_string(), "read /x/0.loc");
+        assert!(!e.to_string().contains(&os_msg), "{e}");
+        let source = e
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the OS error is the source");
+        assert_eq!(source.raw_os_error(), Some(2));
+        let c = chain(&e);
+        assert_eq!(c, format!("read /x/0.loc: {os_msg}"));
+        assert_eq!(c.matches(&os_msg).count(), 1, "{c}");
+    }
 
     /// Regression (audit f14): the advice was "open the store in this
     /// process", which fails as busy while the opener holds the lock.

@@ -11,11 +11,32 @@ use std::path::PathBuf;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in `zrecord`.
+///
+/// An error's message does not repeat its cause: [`Error::Io`] names the
+/// file, and the OS error is its [`source()`](std::error::Error::source),
+/// not part of its `Display` (so is an engine I/O error's, through
+/// [`Error::Engine`]). Walk `source()` (or print with `{:#}` through
+/// `anyhow`, or any reporter that follows the chain) to show the cause:
+///
+/// ```
+/// use std::error::Error as _;
+/// let e = zrecord::npy::read_header("/no/such/file.npy").unwrap_err();
+/// assert_eq!(e.to_string(), "/no/such/file.npy");
+/// let mut message = e.to_string();
+/// let mut cause = e.source();
+/// while let Some(c) = cause {
+///     message += &format!(": {c}");
+///     cause = c.source();
+/// }
+/// assert!(message.starts_with("/no/such/file.npy: No such file"), "{message}");
+/// ```
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// An I/O operation on `path` failed.
-    #[error("{}: {source}", path.display())]
+    /// An I/O operation on `path` failed. The message names the file; the
+    /// OS error is the [`source()`](std::error::Error::source) (downcast it
+    /// to [`std::io::Error`] for its kind), not repeated in the message.
+    #[error("{}", path.display())]
     Io {
         /// The file being read or written.
         path: PathBuf,
@@ -372,6 +393,19 @@ fn bom_hint(line: u64, column: usize, token: &str) -> &'static str {
     }
 }
 
+/// `e` and its causes, each message once, joined with ": " (as anyhow's
+/// `{:#}` prints them): for a message that keeps no source of its own.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
@@ -422,6 +456,39 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::error::Error as _;
+
+    /// Regression: `Io` wrote its OS error into its message and also
+    /// returned it from `source()`, so anything that prints the chain
+    /// (anyhow's `{:#}`, eyre, the Python binding) printed it twice:
+    /// "/x/a.npy: No such file or directory (os error 2): No such file or
+    /// directory (os error 2)". Through `Engine` (transparent) likewise.
+    #[test]
+    fn an_io_error_leaves_its_os_error_to_source_and_the_chain_shows_it_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("a.npy");
+        let e = crate::npy::read_header(&missing).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+        let os_msg = std::io::Error::from_raw_os_error(2).to_string();
+        assert_eq!(e.to_string(), missing.display().to_string());
+        let source = e
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the OS error is the source");
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        let c = chain(&e);
+        assert_eq!(c, format!("{}: {os_msg}", missing.display()));
+        assert_eq!(c.matches(&os_msg).count(), 1, "{c}");
+
+        let engine = Error::from(zrecord_engine::Error::Io {
+            path: missing.clone(),
+            op: "read",
+            source: std::io::Error::from_raw_os_error(2),
+        });
+        let c = chain(&engine);
+        assert_eq!(c, format!("read {}: {os_msg}", missing.display()));
+        assert_eq!(c.matches(&os_msg).count(), 1, "{c}");
+    }
 
     #[test]
     fn tokens_are_quoted_with_python_escapes() {

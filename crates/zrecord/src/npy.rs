@@ -1446,9 +1446,10 @@ mod tests {
             Err(Error::NpyTruncated { .. })
         ));
         let (_r, name) = pipe_of(&bytes);
+        // An `Io` error's message names the file; why is its source.
         for msg in [
-            read_header(&name).unwrap_err().to_string(),
-            read_prefix::<f64>(&name, 1, None).unwrap_err().to_string(),
+            crate::error::chain(&read_header(&name).unwrap_err()),
+            crate::error::chain(&read_prefix::<f64>(&name, 1, None).unwrap_err()),
         ] {
             assert!(
                 msg.contains(&name) && msg.contains("not a regular file"),

@@ -421,6 +421,7 @@ impl RaggedCore {
                     .gather_var(&[2 * i + 1], &mut shape_buf, &offsets)
                 {
                     let e = logical_record_error(e.into());
+                    let e = crate::error::chain(&e);
                     rep.bad.push((i, format!("shape record unreadable: {e}")));
                     continue;
                 }
