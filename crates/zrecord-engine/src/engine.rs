@@ -451,20 +451,14 @@ impl Engine {
         }
     }
 
-    /// For an empty `meta.zr` that this open holds the lock of: the error
-    /// when the directory is what a create left before writing the header
-    /// (see [`Engine::create_files`]). `meta.zr` gone from the directory
-    /// (this open locked it after a failed create removed it) is no store;
+    /// For an empty `meta.zr` that this open holds the lock of, listed in
+    /// `names` (the caller checked): the error when the directory is what a
+    /// create left before writing the header (see [`Engine::create_files`]).
     /// `meta.zr` beside at most `dict.zr`, an empty `0.chunk` and files of
     /// other names is an interrupted create. `Ok` when the directory holds a
     /// store's data (loc segments, other chunks, `store.zr`, a marker or an
     /// intent): a damaged store, which the caller reports.
     fn check_unfinished_create(vfs: &dyn Vfs, dir: &Path, names: &[String]) -> Result<()> {
-        if !names.iter().any(|n| n == META_FILE) {
-            return Err(Error::NotAStore {
-                path: dir.to_path_buf(),
-            });
-        }
         let data = names.iter().any(|n| {
             [format::STORE_FILE, DURABLE_FILE, INTENT_FILE].contains(&n.as_str())
                 || format::parse_numbered(n, "loc").is_some()
@@ -522,6 +516,13 @@ impl Engine {
         // `intent.zr` or `durable.zr` of a holder killed in between, and this
         // handle would then serve (or write over) a half-applied delete.
         let names = vfs.list_dir(&dir).map_err(|e| Error::io(&dir, "list", e))?;
+        // The `meta.zr` this open locked is gone from the directory: a
+        // create that failed removed it (under its lock, after this open
+        // had opened it), with the other files it made. Whatever it holds
+        // (a header, when only its last sync failed), there is no store.
+        if !names.iter().any(|n| n == META_FILE) {
+            return Err(Error::NotAStore { path: dir });
+        }
         let size = meta.len().map_err(|e| Error::io(&meta_path, "stat", e))?;
         if size == 0 {
             Self::check_unfinished_create(&*vfs, &dir, &names)?;
