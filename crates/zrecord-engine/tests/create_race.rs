@@ -501,3 +501,34 @@ fn an_open_that_locks_a_meta_zr_a_failed_create_removed_finds_no_store() {
         assert!(sim.list_dir(dir).unwrap_or_default().is_empty());
     }
 }
+
+/// `discard_created` (the typed layer's cleanup when its `store.zr` cannot
+/// be written) removes only a store its handle created and that holds no
+/// records: an opened store, or one with records, is refused untouched.
+#[test]
+fn discard_created_removes_only_an_empty_store_its_handle_created() {
+    let tmp = scratch();
+    let dir = tmp.path().join("s");
+    let opts = common::options(Codec::ZstdDict);
+    Engine::create(&dir, &opts)
+        .unwrap()
+        .discard_created()
+        .unwrap();
+    assert_eq!(names(&dir), Vec::<String>::new());
+    let e = Engine::create(&dir, &opts).unwrap();
+    e.append_fixed(b"abcd", 4).unwrap();
+    assert!(matches!(
+        e.discard_created(),
+        Err(Error::InvalidArgument(_))
+    ));
+    let dir = tmp.path().join("t");
+    drop(Engine::create(&dir, &opts).unwrap());
+    let before = names(&dir);
+    let e = Engine::open(&dir, OpenMode::ReadWrite).unwrap();
+    assert!(matches!(
+        e.discard_created(),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(names(&dir), before);
+    assert!(Engine::open(&dir, OpenMode::ReadOnly).unwrap().is_empty());
+}
