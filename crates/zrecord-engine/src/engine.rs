@@ -148,6 +148,9 @@ pub struct Engine {
     /// intent: their loc file entries are not written yet (it writes
     /// nothing), so `verify` does not hold the file to memory there.
     pub(crate) unapplied: BTreeSet<u64>,
+    /// This handle made the store ([`Engine::create`]), so
+    /// [`Engine::discard_created`] may remove it.
+    pub(crate) created: bool,
 }
 
 impl Engine {
@@ -276,6 +279,7 @@ impl Engine {
             pid: std::process::id(),
             forks_at_open: crate::fork::forks(),
             unapplied: BTreeSet::new(),
+            created: true,
         })
     }
 
@@ -451,20 +455,14 @@ impl Engine {
         }
     }
 
-    /// For an empty `meta.zr` that this open holds the lock of: the error
-    /// when the directory is what a create left before writing the header
-    /// (see [`Engine::create_files`]). `meta.zr` gone from the directory
-    /// (this open locked it after a failed create removed it) is no store;
+    /// For an empty `meta.zr` that this open holds the lock of, listed in
+    /// `names` (the caller checked): the error when the directory is what a
+    /// create left before writing the header (see [`Engine::create_files`]).
     /// `meta.zr` beside at most `dict.zr`, an empty `0.chunk` and files of
     /// other names is an interrupted create. `Ok` when the directory holds a
     /// store's data (loc segments, other chunks, `store.zr`, a marker or an
     /// intent): a damaged store, which the caller reports.
     fn check_unfinished_create(vfs: &dyn Vfs, dir: &Path, names: &[String]) -> Result<()> {
-        if !names.iter().any(|n| n == META_FILE) {
-            return Err(Error::NotAStore {
-                path: dir.to_path_buf(),
-            });
-        }
         let data = names.iter().any(|n| {
             [format::STORE_FILE, DURABLE_FILE, INTENT_FILE].contains(&n.as_str())
                 || format::parse_numbered(n, "loc").is_some()
@@ -522,6 +520,13 @@ impl Engine {
         // `intent.zr` or `durable.zr` of a holder killed in between, and this
         // handle would then serve (or write over) a half-applied delete.
         let names = vfs.list_dir(&dir).map_err(|e| Error::io(&dir, "list", e))?;
+        // The `meta.zr` this open locked is gone from the directory: a
+        // create that failed removed it (under its lock, after this open
+        // had opened it), with the other files it made. Whatever it holds
+        // (a header, when only its last sync failed), there is no store.
+        if !names.iter().any(|n| n == META_FILE) {
+            return Err(Error::NotAStore { path: dir });
+        }
         let size = meta.len().map_err(|e| Error::io(&meta_path, "stat", e))?;
         if size == 0 {
             Self::check_unfinished_create(&*vfs, &dir, &names)?;
@@ -805,6 +810,7 @@ impl Engine {
             } else {
                 BTreeSet::new()
             },
+            created: false,
         };
         if !read_only {
             if rolled_back {
@@ -987,6 +993,59 @@ impl Engine {
                 .unwrap_or_else(|e| e.into_inner()) = None;
         }
         Ok(())
+    }
+
+    /// Removes the store this handle created and that holds no records
+    /// yet, for a caller whose own part of the creation failed (the typed
+    /// layer's `store.zr`): the files a new store has (`dict.zr`, `0.chunk`,
+    /// a loc segment or marker a sync made, `store.zr` and its temporary
+    /// name), then `meta.zr`, still under the lock, then the directory is
+    /// synced. So the directory is left as the create found it, as when
+    /// [`Engine::create`] itself fails, rather than holding a store that
+    /// every later open calls unfinished and every create refuses.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (and nothing removed) for a handle that
+    /// did not create its store or one that holds records; else the first
+    /// removal or sync that failed (the others are still tried).
+    #[doc(hidden)]
+    pub fn discard_created(self) -> Result<()> {
+        if !self.created || self.read_only || !self.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "only an empty store this handle created can be discarded, not {}",
+                self.dir.display()
+            )));
+        }
+        let vfs = self.cfg.vfs.clone();
+        let dir = self.dir.clone();
+        let names = [
+            format::STORE_FILE.to_string(),
+            format!("{}.tmp", format::STORE_FILE),
+            DURABLE_FILE.to_string(),
+            INTENT_FILE.to_string(),
+            format::loc_name(0),
+            format::chunk_name(0),
+            DICT_FILE.to_string(),
+            META_FILE.to_string(),
+        ];
+        let mut first = None;
+        for name in names {
+            let p = dir.join(&name);
+            match vfs.remove(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    first.get_or_insert(Error::io(&p, "remove", e));
+                }
+            }
+        }
+        if let Err(e) = vfs.sync_dir(&dir) {
+            first.get_or_insert(Error::io(&dir, "sync directory", e));
+        }
+        // Nothing left to settle: the lock goes with the handle.
+        self.poisoned.store(true, Ordering::Release);
+        drop(self);
+        first.map_or(Ok(()), Err)
     }
 
     /// Syncs and releases the store: the error [`Drop`] cannot report. A

@@ -221,6 +221,21 @@ impl Error {
     }
 }
 
+/// `e` and its causes, each message once, joined with ": " (as anyhow's
+/// `{:#}` prints them): for a message that keeps no source of its own (a
+/// verify report's line, a panic), which `e`'s own `Display` would leave
+/// without its cause.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
 /// "record N: " before the detail of a record's corruption.
 fn record_prefix(record: Option<u64>) -> String {
     match record {
@@ -233,19 +248,6 @@ fn record_prefix(record: Option<u64>) -> String {
 mod tests {
     use super::*;
     use std::error::Error as _;
-
-    /// The error and its causes, each message once, joined with ": " (as
-    /// anyhow's `{:#}` prints them).
-    fn chain(e: &dyn std::error::Error) -> String {
-        let mut out = e.to_string();
-        let mut cause = e.source();
-        while let Some(c) = cause {
-            out.push_str(": ");
-            out.push_str(&c.to_string());
-            cause = c.source();
-        }
-        out
-    }
 
     /// Regression: `Io` wrote its OS error into its message and also
     /// returned it from `source()`, so anything that prints the chain

@@ -279,8 +279,12 @@ pub fn store_ops(data: &[u8]) {
     } else {
         (snaps[p].crash_image(image_seed), synced)
     };
-    let r = Engine::open_with(dir, OpenMode::ReadWrite, cfg(&image))
-        .unwrap_or_else(|err| panic!("crash point {p}: open failed: {err}"));
+    let r = Engine::open_with(dir, OpenMode::ReadWrite, cfg(&image)).unwrap_or_else(|err| {
+        panic!(
+            "crash point {p}: open failed: {}",
+            crate::error::chain(&err)
+        )
+    });
     let got = read_all(&r).expect("read after crash");
     assert!(
         states[lo..=hi].contains(&got),

@@ -125,8 +125,10 @@ impl Engine {
             let n = l.logic_length as usize;
             let r = if n <= (1 << 20).max(l.phys_length as usize) {
                 buf.resize(n, 0);
+                // The chain: an I/O error's message names only the call
+                // and file, its cause (the OS error) is its source.
                 self.gather_var(&[i], &mut buf, &[0, n])
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| crate::error::chain(&e))
             } else {
                 self.stream_decode_len(&l).and_then(|got| {
                     if got == u64::from(l.logic_length) {

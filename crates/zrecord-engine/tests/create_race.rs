@@ -397,3 +397,138 @@ fn without_hard_links_create_still_works_and_refuses_a_second_creator() {
         }
     }
 }
+
+/// The simulated disk, where taking the lock on `meta.zr` first removes
+/// every file of the directory: what an open sees when it opened `meta.zr`
+/// while a create held it, and the create then failed and removed what it
+/// made (`meta.zr` last, still under its lock) before the open's lock
+/// attempt.
+#[derive(Debug)]
+struct CleanedUpUnderTheLock(SimVfs);
+
+#[derive(Debug)]
+struct HookedMeta {
+    file: Box<dyn StorageFile>,
+    vfs: SimVfs,
+    dir: PathBuf,
+}
+
+impl StorageFile for HookedMeta {
+    fn len(&self) -> std::io::Result<u64> {
+        self.file.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.file.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.file.write_at(buf, offset)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.file.sync()
+    }
+    fn try_lock(&self, exclusive: bool) -> std::io::Result<bool> {
+        for name in self.vfs.list_dir(&self.dir).unwrap_or_default() {
+            self.vfs.remove(&self.dir.join(name))?;
+        }
+        self.file.try_lock(exclusive)
+    }
+}
+
+impl Vfs for CleanedUpUnderTheLock {
+    fn open(&self, path: &Path, flags: OpenFlags) -> std::io::Result<Box<dyn StorageFile>> {
+        let file = self.0.open(path, flags)?;
+        if path.file_name() != Some("meta.zr".as_ref()) {
+            return Ok(file);
+        }
+        Ok(Box::new(HookedMeta {
+            file,
+            vfs: self.0.clone(),
+            dir: path.parent().unwrap().to_path_buf(),
+        }))
+    }
+    fn exists(&self, path: &Path) -> std::io::Result<bool> {
+        self.0.exists(path)
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        self.0.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.0.rename(from, to)
+    }
+    fn link(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.0.link(from, to)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.0.list_dir(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.0.create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.0.sync_dir(dir)
+    }
+    fn boot_id(&self) -> Option<Vec<u8>> {
+        self.0.boot_id()
+    }
+}
+
+/// Regression: a create whose header write succeeded but whose last sync
+/// of `meta.zr` failed removes what it made, `meta.zr` (32 bytes by then)
+/// last, under its lock. An open that had opened `meta.zr` meanwhile took
+/// the lock of the removed file afterwards and, the header being whole,
+/// went on to report the store `Corrupted` ("0.chunk: missing") for a
+/// directory that held no store at all. Only an empty `meta.zr` was checked
+/// against the listing; now any `meta.zr` missing from it is `NotAStore`.
+#[test]
+fn an_open_that_locks_a_meta_zr_a_failed_create_removed_finds_no_store() {
+    let dir = Path::new("/store");
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let sim = SimVfs::new();
+        // The files as they were when the create's sync of meta.zr failed.
+        drop(Engine::create_with(dir, &CreateOptions::new(Codec::Raw), common::sim(&sim)).unwrap());
+        assert_eq!(sim.read_file(&dir.join("meta.zr")).unwrap().len(), 32);
+        let cfg = EngineConfig {
+            vfs: Arc::new(CleanedUpUnderTheLock(sim.clone())),
+            ..common::sim(&sim)
+        };
+        match Engine::open_with(dir, mode, cfg).map(|_| ()) {
+            Err(Error::NotAStore { path }) => assert_eq!(path, dir),
+            r => panic!("{mode:?}: {r:?}"),
+        }
+        assert!(sim.list_dir(dir).unwrap_or_default().is_empty());
+    }
+}
+
+/// `discard_created` (the typed layer's cleanup when its `store.zr` cannot
+/// be written) removes only a store its handle created and that holds no
+/// records: an opened store, or one with records, is refused untouched.
+#[test]
+fn discard_created_removes_only_an_empty_store_its_handle_created() {
+    let tmp = scratch();
+    let dir = tmp.path().join("s");
+    let opts = common::options(Codec::ZstdDict);
+    Engine::create(&dir, &opts)
+        .unwrap()
+        .discard_created()
+        .unwrap();
+    assert_eq!(names(&dir), Vec::<String>::new());
+    let e = Engine::create(&dir, &opts).unwrap();
+    e.append_fixed(b"abcd", 4).unwrap();
+    assert!(matches!(
+        e.discard_created(),
+        Err(Error::InvalidArgument(_))
+    ));
+    let dir = tmp.path().join("t");
+    drop(Engine::create(&dir, &opts).unwrap());
+    let before = names(&dir);
+    let e = Engine::open(&dir, OpenMode::ReadWrite).unwrap();
+    assert!(matches!(
+        e.discard_created(),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(names(&dir), before);
+    assert!(Engine::open(&dir, OpenMode::ReadOnly).unwrap().is_empty());
+}

@@ -86,3 +86,38 @@ fn verify_on_a_read_only_handle_with_a_pending_delete_is_clean() {
     }
     assert!(checked > 0, "no crash point with a pending delete");
 }
+
+/// Regression: `verify` wrote a record's failed gather into its report as
+/// the error's `to_string()`, and an `Io` error's message names only the
+/// call and file since its OS error became its `source()`: a record whose
+/// read failed was reported as "does not decode: read /s/0.chunk", without
+/// why. The report line now carries the whole chain.
+#[test]
+fn a_record_whose_read_fails_is_reported_with_the_os_error() {
+    let v = SimVfs::new();
+    let dir = Path::new("/s");
+    let e = Engine::create_with(dir, &CreateOptions::new(Codec::Raw), cfg(&v)).unwrap();
+    e.append_var(&[7u8; 40], &[0, 40]).unwrap();
+    e.sync().unwrap();
+    assert!(e.verify().unwrap().is_ok());
+    // Fail each I/O call of `verify` in turn; one of them is the gather's
+    // read of record 0.
+    let mut seen = false;
+    for k in 0..64 {
+        v.fail_at(Some(k));
+        let rep = e.verify();
+        v.fail_at(None);
+        let Ok(rep) = rep else { continue };
+        for (i, detail) in &rep.bad {
+            if detail.starts_with("does not decode") {
+                assert_eq!(*i, 0);
+                assert!(
+                    detail.contains("0.chunk") && detail.contains("injected failure"),
+                    "{detail}"
+                );
+                seen = true;
+            }
+        }
+    }
+    assert!(seen, "no injected failure reached the gather");
+}

@@ -180,16 +180,26 @@ pub(crate) fn create_store(
 ) -> Result<Engine> {
     check_create_options(opts)?;
     let engine = Engine::create(path, opts)?;
-    engine.sync()?;
-    typed_header::write(
-        path,
-        &TypedHeader {
-            kind,
-            record_bytes,
-            identity,
-        },
-    )?;
-    Ok(engine)
+    let header = TypedHeader {
+        kind,
+        record_bytes,
+        identity,
+    };
+    let finished = engine
+        .sync()
+        .and_then(|()| typed_header::write(path, &header));
+    match finished {
+        Ok(()) => Ok(engine),
+        Err(e) => {
+            // Leave the directory as the create found it (as the engine
+            // does when its own part fails): a store without `store.zr`
+            // would be refused by every later create and reported
+            // unfinished by every open. Best effort: the error that stopped
+            // the create is the one to report.
+            let _ = engine.discard_created();
+            Err(e.into())
+        }
+    }
 }
 
 /// An opened store before the kind-specific checks.
