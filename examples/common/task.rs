@@ -115,19 +115,9 @@ pub fn report(framework: &str, losses: &[f32], records: usize, secs: f64) -> boo
     last < 0.5 * first
 }
 
-/// `e` and its causes, joined with ": ": loaderx's and zrecord's errors
-/// leave their cause (the transform's error, the OS error) to `source()`
-/// rather than repeat it in their message, so a report walks the chain.
-pub fn chain(e: &dyn Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
+/// `e` and its causes, joined with ": " (loaderx's errors keep their
+/// cause in `source()`, not in their message).
+pub use loaderx::error_chain as chain;
 
 /// The program: parse `--steps`, train with `run`, and exit 0 only if the
 /// loss halved (2 on a bad argument, 1 on a failure), naming `program`.

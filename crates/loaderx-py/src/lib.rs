@@ -57,20 +57,9 @@ const MAX_RECORD_LEN: u64 = 1 << 31;
 // ---------------------------------------------------------------------------
 // errors
 
-/// `e` and its causes, joined with ": ": the Rust errors leave their cause
-/// (an OS error, the engine's error) to `source()` rather than repeat it in
-/// their message, so an exception's message is the whole chain, each
-/// message once ("read /s/0.loc: No such file or directory (os error 2)").
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
+/// Exception messages are the Rust error's whole chain: the errors keep
+/// their cause in `source()`, not in their message.
+use zrecord_engine::error_chain as chain;
 
 /// Builds `loaderx._errors.<kind>(None, message)`.
 fn zerr(py: Python<'_>, kind: &str, message: String) -> PyErr {

@@ -7,7 +7,7 @@ import pytest
 
 from loaderx.zrecord import DenseStore, RaggedStore, ZrecordError
 
-from conftest import ours_only
+from conftest import OURS, ours_only
 
 
 def test_zrecord_error_is_runtime_error_with_code():
@@ -82,6 +82,15 @@ def test_a_frame_that_fails_to_decode_is_a_corrupt_record(tmp_path, kind):
     opened = DenseStore("s") if kind == "dense" else RaggedStore("s")
     with opened as s:
         np.testing.assert_array_equal(s[0], data[0])
+        if not OURS:
+            # loaderx 1.7.2 sometimes (dense 15, ragged 6 of 200 runs here)
+            # returns the record intact from the frame whose magic was
+            # zeroed; when it raises, it raises -7, which is what is pinned.
+            try:
+                s[[0, 2]]
+            except ZrecordError as e:
+                assert e.code == -7
+            return
         with pytest.raises(ZrecordError) as info:
             s[[0, 2]]
         assert info.value.code == -7

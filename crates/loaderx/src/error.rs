@@ -139,18 +139,7 @@ pub enum Error {
     Thread(#[source] std::io::Error),
 }
 
-/// `e` and its causes, each message once, joined with ": " (as anyhow's
-/// `{:#}` prints them): for a message that keeps no source of its own.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
+pub(crate) use zrecord::error_chain as chain;
 
 /// The loader's `Result`.
 pub type Result<T> = std::result::Result<T, Error>;

@@ -57,4 +57,5 @@ pub use loader::{
     CLOSE_WAIT, DataLoader, LoaderOptions, MAX_PREFETCH, MAX_START_STEP, MAX_WORKERS, Step,
 };
 pub use stream::Stream;
+pub use zrecord::error_chain;
 pub use zsampler::Mode;

@@ -222,10 +222,18 @@ impl Error {
 }
 
 /// `e` and its causes, each message once, joined with ": " (as anyhow's
-/// `{:#}` prints them): for a message that keeps no source of its own (a
-/// verify report's line, a panic), which `e`'s own `Display` would leave
-/// without its cause.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+/// `{:#}` prints them). The errors of this workspace keep their cause in
+/// `source()` and out of their message, so this is the way to show one
+/// whole where only a string fits (a report line, a log, an exception).
+/// Re-exported as `zrecord::error_chain` and `loaderx::error_chain`.
+///
+/// ```
+/// let e = zrecord_engine::Engine::open("/no/such/store", zrecord_engine::OpenMode::ReadOnly)
+///     .unwrap_err();
+/// let shown = zrecord_engine::error_chain(&e);
+/// assert!(shown.starts_with(&e.to_string()));
+/// ```
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
@@ -266,7 +274,7 @@ mod tests {
             .and_then(|s| s.downcast_ref::<std::io::Error>())
             .expect("the OS error is the source");
         assert_eq!(source.raw_os_error(), Some(2));
-        let c = chain(&e);
+        let c = error_chain(&e);
         assert_eq!(c, format!("read /x/0.loc: {os_msg}"));
         assert_eq!(c.matches(&os_msg).count(), 1, "{c}");
     }

@@ -282,7 +282,7 @@ pub fn store_ops(data: &[u8]) {
     let r = Engine::open_with(dir, OpenMode::ReadWrite, cfg(&image)).unwrap_or_else(|err| {
         panic!(
             "crash point {p}: open failed: {}",
-            crate::error::chain(&err)
+            crate::error::error_chain(&err)
         )
     });
     let got = read_all(&r).expect("read after crash");

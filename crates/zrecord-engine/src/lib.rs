@@ -84,7 +84,7 @@ pub use deferred::Durability;
 pub use engine::{Engine, OpenMode, Stats};
 #[doc(hidden)]
 pub use engine::{EngineConfig, ReadPath};
-pub use error::{Error, Result};
+pub use error::{Error, Result, error_chain};
 pub use fork::pool_usable;
 pub use verify::VerifyReport;
 

@@ -128,7 +128,7 @@ impl Engine {
                 // The chain: an I/O error's message names only the call
                 // and file, its cause (the OS error) is its source.
                 self.gather_var(&[i], &mut buf, &[0, n])
-                    .map_err(|e| crate::error::chain(&e))
+                    .map_err(|e| crate::error::error_chain(&e))
             } else {
                 self.stream_decode_len(&l).and_then(|got| {
                     if got == u64::from(l.logic_length) {

@@ -393,18 +393,7 @@ fn bom_hint(line: u64, column: usize, token: &str) -> &'static str {
     }
 }
 
-/// `e` and its causes, each message once, joined with ": " (as anyhow's
-/// `{:#}` prints them): for a message that keeps no source of its own.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
+pub(crate) use zrecord_engine::error_chain as chain;
 
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

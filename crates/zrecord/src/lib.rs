@@ -75,6 +75,7 @@ pub mod text;
 pub use dtype::{Bool, ByteOrder, Complex, DType, Element, Field, Identity, ScalarKind};
 pub use error::{Error, NpyHeaderProblem, Result};
 pub use import::Imported;
+pub use zrecord_engine::error_chain;
 mod store;
 
 pub use dense::{DenseCore, DenseStore};
