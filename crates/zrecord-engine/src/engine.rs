@@ -210,8 +210,7 @@ impl Engine {
             DictOrigin::Argument,
         )?;
         let vfs = cfg.vfs.clone();
-        vfs.create_dir_all(&dir)
-            .map_err(|e| Error::io(&dir, "create directory", e))?;
+        Self::make_dir(&*vfs, &dir)?;
         let names = vfs.list_dir(&dir).map_err(|e| Error::io(&dir, "list", e))?;
         if let Some(first) = names.first() {
             return Err(Error::ForeignFiles {
@@ -281,6 +280,41 @@ impl Engine {
             unapplied: BTreeSet::new(),
             created: true,
         })
+    }
+
+    /// `mkdir -p dir`, durably: the parent of each directory it creates is
+    /// synced, top down, so that a power cut after a successful create
+    /// cannot take the store's directory (or one above it) away with every
+    /// file in it. The store's own entries are synced later, before its
+    /// header is written.
+    fn make_dir(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
+        let mut missing = Vec::new();
+        let mut d = dir;
+        loop {
+            match vfs.dir_exists(d) {
+                Ok(true) => break,
+                Ok(false) => missing.push(d),
+                Err(e) => return Err(Error::io(d, "inspect", e)),
+            }
+            match d.parent() {
+                // `""` is the working directory: there.
+                Some(p) if !p.as_os_str().is_empty() => d = p,
+                _ => break,
+            }
+        }
+        vfs.create_dir_all(dir)
+            .map_err(|e| Error::io(dir, "create directory", e))?;
+        for m in missing.iter().rev() {
+            // `store` (relative) has the parent `""`: the working directory.
+            let parent = match m.parent() {
+                Some(p) if p.as_os_str().is_empty() => Path::new("."),
+                Some(p) => p,
+                None => continue,
+            };
+            vfs.sync_dir(parent)
+                .map_err(|e| Error::io(parent, "sync directory", e))?;
+        }
+        Ok(())
     }
 
     /// Makes `meta.zr` in `dir`, empty and holding this handle's exclusive

@@ -3,7 +3,10 @@
 //! [`SimVfs`] keeps, per file, the bytes that are durable (synced) apart from
 //! the writes issued since the last `sync`, and, per directory, the entries
 //! made durable by `sync_dir` apart from later creations, removals and
-//! renames. It can:
+//! renames. A directory made by `create_dir_all` is itself such an entry, in
+//! its parent: until `sync_dir` of the parent it can vanish in a power cut,
+//! with everything in it. (A directory the disk was never asked to make is
+//! taken to exist, durably, as in `/d/f` made without a `mkdir`.) It can:
 //!
 //! - record a [`Snapshot`] before every mutating call (a crash point), from
 //!   which [`Snapshot::crash_image`] builds the disk a power cut could leave:
@@ -17,7 +20,7 @@
 //! It never maps files, so every read goes through the trait.
 
 use crate::vfs::{OpenFlags, StorageFile, Vfs};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -50,7 +53,10 @@ struct State {
     dir: BTreeMap<PathBuf, usize>,
     durable_dir: BTreeMap<PathBuf, usize>,
     dir_log: Vec<DirOp>,
-    dirs: std::collections::BTreeSet<PathBuf>,
+    /// Directories made by `create_dir_all`, durable or not.
+    dirs: BTreeSet<PathBuf>,
+    /// Those of `dirs` whose parent has not been synced since, oldest first.
+    mkdir_log: Vec<PathBuf>,
     calls: u64,
     fail_at: Option<u64>,
     record: bool,
@@ -63,7 +69,8 @@ struct State {
 /// The disk at one crash point: durable bytes plus the unsynced operations.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
-    dirs: std::collections::BTreeSet<PathBuf>,
+    dirs: BTreeSet<PathBuf>,
+    mkdir_log: Vec<PathBuf>,
     nodes: Vec<Node>,
     durable_dir: BTreeMap<PathBuf, usize>,
     dir_log: Vec<DirOp>,
@@ -150,10 +157,25 @@ impl Snapshot {
             1 => self.dir_log.len(),
             _ => rng.below(self.dir_log.len() as u64 + 1) as usize,
         };
-        let dir = self.dir_after(keep);
+        let mut dir = self.dir_after(keep);
+        // Unsynced directories: an older part of them may have made it.
+        let made = match seed {
+            0 => 0,
+            1 => self.mkdir_log.len(),
+            _ => rng.below(self.mkdir_log.len() as u64 + 1) as usize,
+        };
+        let lost = &self.mkdir_log[made..];
+        let gone = |p: &Path| p.ancestors().skip(1).any(|a| lost.iter().any(|l| l == a));
+        dir.retain(|p, _| !gone(p));
+        let dirs = self
+            .dirs
+            .iter()
+            .filter(|d| !lost.contains(d) && !gone(d))
+            .cloned()
+            .collect();
         SimVfs::from_state(State {
             nodes,
-            dirs: self.dirs.clone(),
+            dirs,
             durable_dir: dir.clone(),
             dir,
             boot: self.boot + 1,
@@ -168,6 +190,7 @@ impl Snapshot {
         SimVfs::from_state(State {
             nodes: self.nodes.clone(),
             dirs: self.dirs.clone(),
+            mkdir_log: self.mkdir_log.clone(),
             durable_dir: self.durable_dir.clone(),
             dir: self.dir_after(self.dir_log.len()),
             dir_log: self.dir_log.clone(),
@@ -294,6 +317,7 @@ impl SimVfs {
         let s = self.lock();
         SimVfs::from_state(State {
             dirs: s.dirs.clone(),
+            mkdir_log: s.mkdir_log.clone(),
             nodes: s.nodes.clone(),
             dir: s.dir.clone(),
             durable_dir: s.durable_dir.clone(),
@@ -304,9 +328,21 @@ impl SimVfs {
     }
 }
 
+/// A directory exists when it was made, when something lies in it, or when
+/// it is a root (`/`, or `""`, the working directory).
+fn sim_dir_exists(s: &State, dir: &Path) -> bool {
+    dir.parent().is_none()
+        || s.dirs.contains(dir)
+        || s.dirs
+            .iter()
+            .chain(s.dir.keys())
+            .any(|p| p.starts_with(dir) && p != dir)
+}
+
 fn snap(s: &State) -> Snapshot {
     Snapshot {
         dirs: s.dirs.clone(),
+        mkdir_log: s.mkdir_log.clone(),
         nodes: s.nodes.clone(),
         durable_dir: s.durable_dir.clone(),
         dir_log: s.dir_log.clone(),
@@ -495,16 +531,35 @@ impl Vfs for SimVfs {
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         let mut s = self.lock();
-        enter(&mut s, false)?;
-        s.dirs.insert(dir.to_path_buf());
+        enter(&mut s, true)?;
+        let mut new: Vec<PathBuf> = dir
+            .ancestors()
+            .filter(|a| a.parent().is_some())
+            .filter(|a| !sim_dir_exists(&s, a))
+            .map(Path::to_path_buf)
+            .collect();
+        new.reverse();
+        for d in new {
+            s.dirs.insert(d.clone());
+            s.mkdir_log.push(d);
+        }
         Ok(())
     }
 
-    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+    fn dir_exists(&self, dir: &Path) -> io::Result<bool> {
+        let mut s = self.lock();
+        enter(&mut s, false)?;
+        Ok(sim_dir_exists(&s, dir))
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut s = self.lock();
         enter(&mut s, true)?;
+        // Every file entry (a simplification: tests sync the one directory
+        // they use), and the directories made in this one.
         s.durable_dir = s.dir.clone();
         s.dir_log.clear();
+        s.mkdir_log.retain(|d| d.parent() != Some(dir));
         Ok(())
     }
 
@@ -540,6 +595,33 @@ mod tests {
                 .read_file(Path::new("/d/g"))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_new_directory_lasts_once_its_parent_is_synced() {
+        let v = SimVfs::new();
+        let f = Path::new("/a/b/f");
+        v.create_dir_all(Path::new("/a/b")).unwrap();
+        assert!(v.dir_exists(Path::new("/a")).unwrap());
+        assert!(!v.dir_exists(Path::new("/c")).unwrap());
+        let h = v.open(f, OpenFlags::CreateNew).unwrap();
+        h.sync().unwrap();
+        v.sync_dir(Path::new("/a/b")).unwrap();
+        // The file's entry is durable, but not `/a` nor `/a/b`.
+        let cut = v.snapshot().crash_image(0);
+        assert!(cut.read_file(f).is_none());
+        assert!(!cut.dir_exists(Path::new("/a")).unwrap());
+        v.sync_dir(Path::new("/")).unwrap();
+        let cut = v.snapshot().crash_image(0);
+        assert!(cut.dir_exists(Path::new("/a")).unwrap());
+        assert!(!cut.dir_exists(Path::new("/a/b")).unwrap());
+        assert!(cut.read_file(f).is_none());
+        v.sync_dir(Path::new("/a")).unwrap();
+        assert!(v.snapshot().crash_image(0).read_file(f).is_some());
+        // A killed process loses nothing.
+        v.create_dir_all(Path::new("/a/b/c")).unwrap();
+        let killed = v.snapshot().kill_image();
+        assert!(killed.dir_exists(Path::new("/a/b/c")).unwrap());
     }
 
     #[test]

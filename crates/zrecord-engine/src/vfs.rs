@@ -83,8 +83,18 @@ pub trait Vfs: Send + Sync + Debug {
     fn link(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Names of the entries of a directory (`NotFound` if it does not exist).
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
-    /// `mkdir -p`.
+    /// `mkdir -p`. It need not make the new directories durable: `create`
+    /// syncs the parent of each one it finds missing ([`Vfs::dir_exists`]).
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Whether `dir` exists as a directory. The default asks
+    /// [`Vfs::list_dir`], which fails with `NotFound` for a missing one.
+    fn dir_exists(&self, dir: &Path) -> io::Result<bool> {
+        match self.list_dir(dir) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
     /// Makes a directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// An id that changes whenever the machine boots (and so whenever the
@@ -271,6 +281,14 @@ impl Vfs for RealVfs {
         std::fs::create_dir_all(dir)
     }
 
+    fn dir_exists(&self, dir: &Path) -> io::Result<bool> {
+        match std::fs::metadata(dir) {
+            Ok(m) => Ok(m.is_dir()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
@@ -294,6 +312,20 @@ mod tests {
         let a = RealVfs.boot_id().expect("Linux has a boot id");
         assert_eq!(a.len(), 36, "a UUID: {:?}", String::from_utf8_lossy(&a));
         assert_eq!(RealVfs.boot_id(), Some(a));
+    }
+
+    #[test]
+    fn dir_exists_is_true_for_directories_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(RealVfs.dir_exists(dir.path()).unwrap());
+        assert!(!RealVfs.dir_exists(&file).unwrap());
+        assert!(
+            !RealVfs
+                .dir_exists(&dir.path().join("missing/deeper"))
+                .unwrap()
+        );
     }
 
     #[test]

@@ -132,7 +132,8 @@ pub(crate) fn probe_header(path: &Path) -> Result<Option<TypedHeader>> {
                 (false, false) => Ok(None),
                 (true, false) => Err(Error::BadStore {
                     file: store,
-                    detail: "missing, but meta.zr exists: the store's creation did not finish"
+                    detail: "missing, but meta.zr exists: the store's creation did not \
+                             finish; remove the directory's files and create the store again"
                         .into(),
                 }),
             }

@@ -554,7 +554,11 @@ fn an_open_during_anothers_creation_is_busy_not_broken() {
     // A creation that died (nobody holds the lock) is still reported as such.
     meta.unlock().unwrap();
     let err = DenseCore::open(&p, &OpenOptions::default()).unwrap_err();
-    assert!(err.to_string().contains("did not finish"), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("did not finish") && msg.contains("remove the directory's files"),
+        "{err}"
+    );
 }
 
 /// Two f32 in one element: a user type whose `Element` impl says `f32`.
