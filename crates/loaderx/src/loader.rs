@@ -478,8 +478,11 @@ impl<O> DataLoader<O> {
         match item {
             Ok(value) => Some(Ok(Step { step, value })),
             Err(e) => {
+                // The error goes out at once: another worker may sit in a
+                // slow transform, which close or drop waits for (up to
+                // CLOSE_WAIT), not the report of the failure.
                 self.failed = true;
-                self.stop();
+                self.signal_stop();
                 Some(Err(e))
             }
         }
@@ -489,15 +492,19 @@ impl<O> DataLoader<O> {
         self.stop_within(CLOSE_WAIT);
     }
 
-    fn stop_within(&mut self, limit: Duration) -> bool {
-        // Disconnecting these wakes every thread wherever it waits: the
-        // producer on credits, the pool or the work queue (shutdown), the
-        // workers on the work queue (shutdown) or on a full output queue
-        // (its receiver is gone). Only a transform that does not return
-        // keeps its thread.
+    /// Tells every thread to end, without waiting. Disconnecting these wakes
+    /// each wherever it waits: the producer on credits, the pool or the work
+    /// queue (shutdown), the workers on the work queue (shutdown) or on a
+    /// full output queue (its receiver is gone). Only a transform that does
+    /// not return keeps its thread.
+    fn signal_stop(&mut self) {
         self.shutdown.take();
         self.out.take();
         self.pending.clear();
+    }
+
+    fn stop_within(&mut self, limit: Duration) -> bool {
+        self.signal_stop();
         // Called on one of the pipeline's own threads (a transform that
         // held the loader's last handle), that thread cannot end while it
         // waits here: leave it out (detached), and it ends as soon as its

@@ -602,6 +602,49 @@ fn closing_does_not_wait_forever_for_a_blocked_transform() {
     drop(release_tx); // the detached workers finish and end
 }
 
+/// Regression: `next()` delivering a transform's error first stopped the
+/// pipeline and waited for its threads, so a slow transform on another
+/// worker held the error back for as long as it ran (up to `CLOSE_WAIT`,
+/// 30 s). The error now comes at once; close waits for the threads.
+#[test]
+fn an_error_is_delivered_without_waiting_for_a_slow_transform() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = fixture(dir.path());
+    let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(1);
+    let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut loader =
+            DataLoader::with_transform(streams, opts(2, Mode::Iid), move |b: Batch| {
+                match b.step() {
+                    // Fails once step 1 is in its (slow) transform.
+                    0 => {
+                        let _ = started_rx.recv_timeout(Duration::from_secs(5));
+                        Err("step 0 fails".to_string())
+                    }
+                    1 => {
+                        let _ = started_tx.send(());
+                        let _ = release_rx.recv_timeout(Duration::from_secs(60));
+                        Ok(b.len())
+                    }
+                    _ => Ok(b.len()),
+                }
+            })
+            .unwrap();
+        let first = loader.next().unwrap();
+        done_tx
+            .send(first.map(|s| s.step).map_err(|e| e.to_string()))
+            .unwrap();
+        // The close waits for the slow transform, released by the test.
+        loader.close();
+    });
+    let first = done_rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("the error waited for the slow transform");
+    assert_eq!(first.unwrap_err(), "transform failed at step 0");
+    drop(release_tx);
+}
+
 /// Regression: a loader closed (or dropped) on one of its own threads — a
 /// transform holding the last handle, as a garbage collector running inside
 /// a Python transform can arrange — waited for its own thread to end, which
