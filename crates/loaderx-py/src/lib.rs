@@ -104,7 +104,12 @@ fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
     use zrecord_engine::Error as E;
     let msg = chain(e);
     match e {
-        E::Io { .. } | E::Poisoned { .. } => zerr(py, "StoreIOError", msg),
+        // As the typed layer's: errno, strerror and filename set, a missing
+        // file a StoreNotFound.
+        E::Io { path, source, .. } => io_err(py, msg, path, source),
+        // No OS error to carry: the write or sync that poisoned the handle
+        // raised its own, with errno; this refuses the writes after it.
+        E::Poisoned { .. } => zerr(py, "StoreIOError", msg),
         // One record's entry or frame (a frame that fails to decode is
         // loaderx 1.7.2's -7 too); anything else is the store's structure.
         E::Corrupted {
@@ -116,13 +121,25 @@ fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
         E::RecordLength { .. } => zerr(py, "CorruptRecord", msg),
         E::Alloc { .. } => zerr(py, "OutOfMemory", msg),
         E::NotAStore { .. } => zerr(py, "StoreNotFound", msg),
-        // Forked children may hold the store: busy until they let go.
-        E::StoreBusy { .. } | E::ForkedSinceOpen { .. } => zerr(py, "StoreBusy", msg),
+        // An empty meta.zr: loaderx 1.7.2 reports it as -8, as any
+        // directory whose files do not make a store. (The typed layer finds
+        // such a directory first, lacking store.zr: InvalidStore too.)
+        E::CreateInterrupted { .. } => zerr(py, "InvalidStore", msg),
+        // Forked children may hold the store: busy until they let go. A
+        // forked child writing through its parent's handle: the handle is
+        // another process's.
+        E::StoreBusy { .. } | E::ForkedSinceOpen { .. } | E::ForeignProcess { .. } => {
+            zerr(py, "StoreBusy", msg)
+        }
+        // A read-only open that would have to write (finish a compaction
+        // move) to serve the store: the way out is a read-write open.
+        E::RecoveryNeeded { .. } => zerr(py, "ReadOnlyStore", msg),
         E::ForeignFiles { .. } => zerr(py, "StoreExists", msg),
         E::IndexOutOfRange { .. } => zerr(py, "IndexOutOfRange", msg),
         E::ReadOnly { .. } => zerr(py, "ReadOnlyStore", msg),
         E::InvalidArgument(_) => PyValueError::new_err(msg),
         E::DictionaryTraining { .. } => zerr(py, "DictTrainingError", msg),
+        // Variants added to the engine later (the enum is non_exhaustive).
         _ => zerr(py, "ZrecordError", msg),
     }
 }
@@ -165,6 +182,7 @@ fn to_py(py: Python<'_>, e: zrecord::Error) -> PyErr {
         | E::TextParse { .. }
         | E::TextLineEnding { .. }
         | E::TextColumns { .. } => PyValueError::new_err(msg),
+        // Variants added to zrecord later (the enum is non_exhaustive).
         _ => zerr(py, "ZrecordError", msg),
     }
 }
@@ -1670,4 +1688,92 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(npy_header_of_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(read_bytes_at, m)?)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exception `engine_err` makes of `e`: its class name, `code`,
+    /// `errno` and `filename` (`None` where unset or not an OSError).
+    fn raised(e: zrecord_engine::Error) -> (String, i64, Option<i32>, Option<String>) {
+        Python::initialize();
+        Python::attach(|py| {
+            // `loaderx._errors` from the source tree: it imports nothing,
+            // and the package's `__init__` needs no native module.
+            let python_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/python");
+            py.import("sys")
+                .and_then(|sys| sys.getattr("path"))
+                .and_then(|path| path.call_method1("insert", (0, python_dir)))
+                .expect("sys.path");
+            let err = engine_err(py, &e);
+            let exc = err.value(py);
+            // `errno` and `filename` exist on OSErrors only.
+            let errno = exc.getattr("errno").ok();
+            let filename = exc.getattr("filename").ok();
+            (
+                exc.get_type().name().expect("name").to_string(),
+                exc.getattr("code").and_then(|c| c.extract()).expect("code"),
+                errno.and_then(|v| v.extract().expect("errno")),
+                filename.and_then(|v| v.extract().expect("filename")),
+            )
+        })
+    }
+
+    fn io(errno: i32) -> zrecord_engine::Error {
+        zrecord_engine::Error::Io {
+            path: "/s/0.chunk".into(),
+            op: "read",
+            source: std::io::Error::from_raw_os_error(errno),
+        }
+    }
+
+    /// Regression: an engine I/O error was a StoreIOError without errno,
+    /// strerror or filename (the typed layer's had them), and a missing
+    /// file was not a FileNotFoundError.
+    #[test]
+    fn an_engine_io_error_carries_its_errno_and_file() {
+        let (class, code, errno, filename) = raised(io(libc::EISDIR));
+        assert_eq!(class, "StoreIOError");
+        assert_eq!(code, -2);
+        assert_eq!(errno, Some(libc::EISDIR));
+        assert_eq!(filename.as_deref(), Some("/s/0.chunk"));
+        let (class, code, errno, filename) = raised(io(libc::ENOENT));
+        assert_eq!((class.as_str(), code), ("StoreNotFound", -11));
+        assert_eq!(errno, Some(libc::ENOENT));
+        assert_eq!(filename.as_deref(), Some("/s/0.chunk"));
+    }
+
+    /// Regression: these fell to the catch-all, a plain ZrecordError whose
+    /// code (-2) says "file I/O failed".
+    #[test]
+    fn the_engine_states_without_an_arm_of_their_own_get_their_class() {
+        use zrecord_engine::Error as E;
+        let dir = std::path::PathBuf::from("/s");
+        for (e, class, code) in [
+            (
+                E::CreateInterrupted { path: dir.clone() },
+                "InvalidStore",
+                -8,
+            ),
+            (
+                E::RecoveryNeeded { path: dir.clone() },
+                "ReadOnlyStore",
+                -15,
+            ),
+            (
+                E::ForeignProcess {
+                    path: dir.clone(),
+                    opener: 1,
+                },
+                "StoreBusy",
+                -14,
+            ),
+            (E::Poisoned { path: dir.clone() }, "StoreIOError", -2),
+        ] {
+            let (got, got_code, errno, _) = raised(e);
+            assert_eq!((got.as_str(), got_code), (class, code));
+            assert_eq!(errno, None, "{class}: no OS error to carry");
+        }
+    }
 }

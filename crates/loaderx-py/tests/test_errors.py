@@ -2,6 +2,9 @@
 RuntimeError, as in loaderx 1.7.2) with the reference's code, and the kinds
 that have a natural builtin also derive from it."""
 
+import errno
+import os
+
 import numpy as np
 import pytest
 
@@ -347,3 +350,87 @@ def test_io_error_messages_name_the_file_and_the_os_reason_once(tmp_path):
     assert m.count(str(loc)) == 1, m
     assert m.startswith(f"open {loc}: "), m
     assert m.count(os.strerror(errno.EISDIR)) == 1, m
+
+
+def _store(path, kind):
+    if kind == "dense":
+        with DenseStore(str(path), np.uint8, (4,), "raw") as s:
+            s.append(np.zeros((3, 4), np.uint8))
+    else:
+        with RaggedStore(str(path), np.uint8, codec="raw") as s:
+            s.append([np.zeros(3, np.uint8)] * 3)
+
+
+def _open(path, kind, *args, **kw):
+    return (DenseStore if kind == "dense" else RaggedStore)(str(path), *args, **kw)
+
+
+@ours_only
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_an_engine_io_error_is_an_oserror_with_errno_and_filename(tmp_path, kind):
+    """Regression: an I/O error of the engine (a store's own files) was a
+    StoreIOError without errno, strerror or filename, which only the typed
+    layer's I/O errors carried. A chunk file replaced by a directory (which
+    denies a read even to root, unlike chmod): the read-write open fails to
+    open it, a read-only open opens it and the gather fails to read it."""
+    from loaderx._errors import StoreIOError
+    path = tmp_path / "s"
+    _store(path, kind)
+    chunk = path / "0.chunk"
+    os.remove(chunk)
+    os.mkdir(chunk)
+    with pytest.raises(OSError) as caught:
+        _open(path, kind)
+    e = caught.value
+    assert isinstance(e, StoreIOError) and e.code == -2
+    assert (e.errno, e.strerror, e.filename) == (errno.EISDIR, os.strerror(errno.EISDIR), str(chunk))
+    assert str(e).startswith(f"open {chunk}: "), str(e)
+
+    with _open(path, kind, read_only=True) as s:
+        with pytest.raises(OSError) as caught:
+            s[[0, 1]]
+    e = caught.value
+    assert isinstance(e, StoreIOError)
+    assert (e.errno, e.filename) == (errno.EISDIR, str(chunk))
+    assert str(e).startswith(f"read {chunk}: "), str(e)
+
+
+@ours_only
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_an_engine_file_that_is_not_there_is_a_file_not_found_error(tmp_path, kind):
+    """A chunk file the store lists but the OS cannot find (a dangling
+    symlink): StoreNotFound, a FileNotFoundError naming the chunk, as the
+    typed layer's missing files are."""
+    from loaderx.zrecord import StoreNotFound
+    path = tmp_path / "s"
+    _store(path, kind)
+    chunk = path / "0.chunk"
+    os.remove(chunk)
+    os.symlink(tmp_path / "nowhere", chunk)
+    with pytest.raises(FileNotFoundError) as caught:
+        _open(path, kind)
+    e = caught.value
+    assert isinstance(e, StoreNotFound) and e.code == -11
+    assert (e.errno, e.filename) == (errno.ENOENT, str(chunk))
+
+
+@pytest.mark.parametrize("kind, args", [("dense", ()), ("dense", (np.uint8, (4,))),
+                                        ("ragged", ()), ("ragged", (np.uint8,))])
+def test_a_store_whose_create_was_interrupted_is_an_invalid_store(tmp_path, kind, args):
+    """A directory holding only an empty meta.zr (a create cut short before
+    it wrote the header): code -8, as loaderx 1.7.2 (this test runs on both
+    packages), whether opened or created over; ours is InvalidStore and says
+    the create did not finish, naming the directory. Nothing is touched."""
+    path = tmp_path / "s"
+    path.mkdir()
+    (path / "meta.zr").write_bytes(b"")
+    with pytest.raises(ZrecordError) as caught:
+        _open(path, kind, *args)
+    assert caught.value.code == -8
+    if OURS:
+        from loaderx.zrecord import InvalidStore
+        assert isinstance(caught.value, InvalidStore)
+        m = str(caught.value)
+        assert str(path) in m and "meta.zr" in m and "did not finish" in m, m
+    assert os.listdir(path) == ["meta.zr"]
+    assert (path / "meta.zr").stat().st_size == 0

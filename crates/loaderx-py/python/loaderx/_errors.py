@@ -58,6 +58,11 @@ class OutOfMemory(ZrecordError, MemoryError):
 
 
 class StoreIOError(ZrecordError, OSError):
+    """An OS call on a file of the store failed. ``errno``, ``strerror``
+    and ``filename`` (that file) are set, as on Python's own OSErrors; they
+    stay ``None`` on a handle that refuses writes after an earlier failed
+    write or sync (which raised with them)."""
+
     code = -2
 
 
@@ -94,6 +99,9 @@ class DictionaryInstalled(ZrecordError):
 
 
 class StoreNotFound(ZrecordError, FileNotFoundError):
+    """No store at the path; or a file the OS cannot find (a ``.npy``, a
+    file a store lists), with ``errno``, ``strerror`` and ``filename`` set."""
+
     code = -11
 
 
