@@ -59,3 +59,9 @@ pub use loader::{
 pub use stream::Stream;
 pub use zrecord::error_chain;
 pub use zsampler::Mode;
+
+/// The project's `README.md`, whose Rust example is compiled and run as a
+/// doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
