@@ -65,3 +65,10 @@ pub use zsampler::Mode;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// `docs/training.md`: its loaderx examples are compiled and run as
+/// doctests (the candle and burn excerpts are checked against the training
+/// examples by their own tests).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/training.md")]
+pub struct TrainingDocDoctests;
