@@ -72,3 +72,39 @@ pub fn bad_arguments_exit_with_usage_error(exe: &str, program: &str) {
         );
     }
 }
+
+/// The `rust,ignore` block of `docs/training.md` that starts with
+/// `// {framework} (path)` is an excerpt of the program at `path`: it needs
+/// the framework, so no doctest compiles it. This keeps it from drifting:
+/// every line of it that is not a comment must be a line of the program
+/// (both trimmed, trailing `//` comments dropped), in the same order.
+pub fn docs_excerpt_is_in_program(framework: &str) {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let doc = std::fs::read_to_string(format!("{root}/docs/training.md")).unwrap();
+    let start = format!("```rust,ignore\n// {framework} (");
+    let at = doc
+        .find(&start)
+        .unwrap_or_else(|| panic!("docs/training.md has no block starting {start:?}"));
+    let block = &doc[at + start.len()..];
+    let block = &block[..block.find("\n```\n").expect("the block ends")];
+    let (path, excerpt) = block.split_once(")\n").expect("`(path)` on the first line");
+    let program = std::fs::read_to_string(format!("{root}/{path}")).unwrap();
+
+    fn code(line: &str) -> &str {
+        line.find("//").map_or(line, |i| &line[..i]).trim()
+    }
+    let mut lines = program.lines().map(code);
+    let mut checked = 0;
+    for line in excerpt.lines().map(code).filter(|l| !l.is_empty()) {
+        assert!(
+            lines.any(|l| l == line),
+            "docs/training.md, {framework} excerpt: {line:?} is not a line of {path} \
+             (after the excerpt's previous line)"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 10,
+        "the {framework} excerpt has only {checked} lines of code"
+    );
+}

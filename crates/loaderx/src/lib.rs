@@ -59,3 +59,16 @@ pub use loader::{
 pub use stream::Stream;
 pub use zrecord::error_chain;
 pub use zsampler::Mode;
+
+/// The project's `README.md`, whose Rust example is compiled and run as a
+/// doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
+/// `docs/training.md`: its loaderx examples are compiled and run as
+/// doctests (the candle and burn excerpts are checked against the training
+/// examples by their own tests).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/training.md")]
+pub struct TrainingDocDoctests;

@@ -23,3 +23,8 @@ fn sharded_run_trains_on_its_half_of_each_batch() {
 fn bad_arguments_exit_with_usage_error() {
     trains::bad_arguments_exit_with_usage_error(EXE, "candle_train");
 }
+
+#[test]
+fn docs_excerpt_is_in_program() {
+    trains::docs_excerpt_is_in_program("candle");
+}
