@@ -282,11 +282,19 @@ impl Engine {
         })
     }
 
-    /// `mkdir -p dir`, durably: the parent of each directory it creates is
-    /// synced, top down, so that a power cut after a successful create
-    /// cannot take the store's directory (or one above it) away with every
-    /// file in it. The store's own entries are synced later, before its
-    /// header is written.
+    /// `mkdir -p dir`, durably: the parent of `dir` and of each directory
+    /// above it is synced, top down, so that a power cut after a successful
+    /// create cannot take the store's directory (or one above it) away with
+    /// every file in it. The store's own entries are synced later, before
+    /// its header is written.
+    ///
+    /// A directory found in place is synced into its parent too: a create
+    /// killed (or failing) between its `mkdir -p` and these syncs leaves
+    /// directories whose entries are not durable, and nothing tells them
+    /// apart from old ones. For a directory this call made, a failed sync
+    /// fails the create; for one it found, the sync is best effort (its
+    /// parent may be a directory this process can search but not read, as
+    /// `/home` sometimes is, which cannot be opened to sync).
     fn make_dir(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
         let mut missing = Vec::new();
         let mut d = dir;
@@ -304,15 +312,24 @@ impl Engine {
         }
         vfs.create_dir_all(dir)
             .map_err(|e| Error::io(dir, "create directory", e))?;
-        for m in missing.iter().rev() {
+        let chain: Vec<&Path> = dir.ancestors().collect();
+        for m in chain.into_iter().rev() {
+            // `/`, `.`, `..` and `""` are no entry of a parent of theirs.
+            if m.file_name().is_none() {
+                continue;
+            }
             // `store` (relative) has the parent `""`: the working directory.
             let parent = match m.parent() {
                 Some(p) if p.as_os_str().is_empty() => Path::new("."),
                 Some(p) => p,
                 None => continue,
             };
-            vfs.sync_dir(parent)
-                .map_err(|e| Error::io(parent, "sync directory", e))?;
+            match vfs.sync_dir(parent) {
+                Err(e) if missing.contains(&m) => {
+                    return Err(Error::io(parent, "sync directory", e));
+                }
+                _ => {}
+            }
         }
         Ok(())
     }

@@ -84,7 +84,7 @@ pub trait Vfs: Send + Sync + Debug {
     /// Names of the entries of a directory (`NotFound` if it does not exist).
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// `mkdir -p`. It need not make the new directories durable: `create`
-    /// syncs the parent of each one it finds missing ([`Vfs::dir_exists`]).
+    /// syncs the parent of each directory on the path afterwards.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Whether `dir` exists as a directory. The default asks
     /// [`Vfs::list_dir`], which fails with `NotFound` for a missing one.

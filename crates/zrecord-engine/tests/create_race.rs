@@ -273,6 +273,60 @@ fn a_create_cut_short_at_any_call_leaves_no_store_or_an_empty_one() {
     assert!(refused > 0);
 }
 
+/// Regression: create synced the parent of a directory only when it found
+/// the directory missing. A create killed (or failing to sync) after its
+/// `mkdir -p`, before those syncs, left directories whose entries were not
+/// durable; a second create found them there, synced nothing above the
+/// store, and returned: a power cut then took the directories away with the
+/// store in them.
+#[test]
+fn a_create_over_what_a_killed_create_left_is_durable_once_it_returns() {
+    let dir = Path::new("/data/run/store");
+    let opts = common::options(Codec::Raw);
+    let first = SimVfs::new();
+    first.record(true);
+    let start = first.calls();
+    drop(Engine::create_with(dir, &opts, common::sim(&first)).unwrap());
+    let calls = first.calls() - start;
+    first.record(false);
+    // What a create killed before each of its mutating calls left, and what
+    // one that failed at each of its calls left.
+    let mut left: Vec<(String, SimVfs)> = first
+        .take_snapshots()
+        .iter()
+        .enumerate()
+        .map(|(p, snap)| {
+            (
+                format!("killed before mutating call {p}"),
+                snap.kill_image(),
+            )
+        })
+        .collect();
+    for n in 0..calls {
+        let vfs = SimVfs::new();
+        vfs.fail_at(Some(n));
+        let _ = Engine::create_with(dir, &opts, common::sim(&vfs));
+        vfs.fail_at(None);
+        left.push((format!("failing at call {n}"), vfs));
+    }
+    let mut again = 0;
+    for (how, vfs) in left {
+        let what = format!("a create {how}, then another");
+        match Engine::create_with(dir, &opts, common::sim(&vfs)) {
+            Ok(e) => drop(e),
+            Err(Error::ForeignFiles { .. }) => continue,
+            Err(e) => panic!("{what}: {e:?}"),
+        }
+        again += 1;
+        for seed in 0..4 {
+            let cut = vfs.snapshot().crash_image(seed);
+            let f = open_cut_short(&cut, dir, &what).unwrap_or_else(|m| panic!("{m}"));
+            assert_eq!(f, Found::NewStore, "{what}, then a power cut (seed {seed})");
+        }
+    }
+    assert!(again > 0);
+}
+
 #[test]
 fn a_failed_create_removes_what_it_made() {
     let dir = Path::new("/store");
