@@ -329,14 +329,23 @@ impl SimVfs {
 }
 
 /// A directory exists when it was made, when something lies in it, or when
-/// it is a root (`/`, or `""`, the working directory).
+/// it names no entry of a parent: a root (`/`), the working directory (`""`,
+/// `.`) or `..`.
 fn sim_dir_exists(s: &State, dir: &Path) -> bool {
-    dir.parent().is_none()
+    dir.file_name().is_none()
         || s.dirs.contains(dir)
         || s.dirs
             .iter()
             .chain(s.dir.keys())
             .any(|p| p.starts_with(dir) && p != dir)
+}
+
+/// `dir` without its `.` components, so that `""` and `.`, or `./a` and
+/// `a`, compare equal.
+fn same_dir(dir: &Path) -> PathBuf {
+    dir.components()
+        .filter(|c| *c != std::path::Component::CurDir)
+        .collect()
 }
 
 fn snap(s: &State) -> Snapshot {
@@ -534,7 +543,6 @@ impl Vfs for SimVfs {
         enter(&mut s, true)?;
         let mut new: Vec<PathBuf> = dir
             .ancestors()
-            .filter(|a| a.parent().is_some())
             .filter(|a| !sim_dir_exists(&s, a))
             .map(Path::to_path_buf)
             .collect();
@@ -559,7 +567,10 @@ impl Vfs for SimVfs {
         // they use), and the directories made in this one.
         s.durable_dir = s.dir.clone();
         s.dir_log.clear();
-        s.mkdir_log.retain(|d| d.parent() != Some(dir));
+        // `store` lies in `""`, `./a` in `.`: both the working directory.
+        let dir = same_dir(dir);
+        s.mkdir_log
+            .retain(|d| d.parent().map(same_dir) != Some(dir.clone()));
         Ok(())
     }
 

@@ -327,6 +327,25 @@ fn a_create_over_what_a_killed_create_left_is_durable_once_it_returns() {
     assert!(again > 0);
 }
 
+/// Regression (simulated disk): a directory made under the working
+/// directory (`store`, `./a/b`) never became durable there, since its parent
+/// is `""` while create syncs `.`, and `./a/b` also made `.` itself a new
+/// directory: a power cut after a create that returned lost the store.
+#[test]
+fn a_create_at_a_relative_path_survives_a_power_cut() {
+    for dir in ["store", "./a/b", "a/b/", "./c"] {
+        let dir = Path::new(dir);
+        let vfs = SimVfs::new();
+        drop(Engine::create_with(dir, &common::options(Codec::Raw), common::sim(&vfs)).unwrap());
+        for seed in 0..4 {
+            let what = format!("{dir:?}, power cut (seed {seed})");
+            let cut = vfs.snapshot().crash_image(seed);
+            let f = open_cut_short(&cut, dir, &what).unwrap_or_else(|m| panic!("{m}"));
+            assert_eq!(f, Found::NewStore, "{what}");
+        }
+    }
+}
+
 #[test]
 fn a_failed_create_removes_what_it_made() {
     let dir = Path::new("/store");
