@@ -104,8 +104,15 @@ fn engine_err(py: Python<'_>, e: &zrecord_engine::Error) -> PyErr {
     use zrecord_engine::Error as E;
     let msg = chain(e);
     match e {
-        // As the typed layer's: errno, strerror and filename set, a missing
-        // file a StoreNotFound.
+        // A file of the store that the OS cannot find (listed, but a
+        // dangling symlink, or gone since): the store is damaged, -8 as
+        // loaderx 1.7.2 says and as a name missing from the listing is;
+        // not "store not found" (-11) for a store that is there. The
+        // message names the file and the OS reason.
+        E::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            zerr(py, "InvalidStore", msg)
+        }
+        // As the typed layer's: errno, strerror and filename set.
         E::Io { path, source, .. } => io_err(py, msg, path, source),
         // No OS error to carry: the write or sync that poisoned the handle
         // raised its own, with errno; this refuses the writes after it.
@@ -1738,10 +1745,16 @@ mod tests {
         assert_eq!(code, -2);
         assert_eq!(errno, Some(libc::EISDIR));
         assert_eq!(filename.as_deref(), Some("/s/0.chunk"));
-        let (class, code, errno, filename) = raised(io(libc::ENOENT));
-        assert_eq!((class.as_str(), code), ("StoreNotFound", -11));
-        assert_eq!(errno, Some(libc::ENOENT));
-        assert_eq!(filename.as_deref(), Some("/s/0.chunk"));
+    }
+
+    /// Regression: a file of the store the OS could not find was
+    /// StoreNotFound (-11, a FileNotFoundError) for a store that is there;
+    /// loaderx 1.7.2 says -8, as for a file missing from the listing.
+    #[test]
+    fn an_engine_file_the_os_cannot_find_is_an_invalid_store() {
+        let (class, code, errno, _) = raised(io(libc::ENOENT));
+        assert_eq!((class.as_str(), code), ("InvalidStore", -8));
+        assert_eq!(errno, None, "not an OSError");
     }
 
     /// Regression: these fell to the catch-all, a plain ZrecordError whose

@@ -395,23 +395,33 @@ def test_an_engine_io_error_is_an_oserror_with_errno_and_filename(tmp_path, kind
     assert str(e).startswith(f"read {chunk}: "), str(e)
 
 
-@ours_only
 @pytest.mark.parametrize("kind", ["dense", "ragged"])
-def test_an_engine_file_that_is_not_there_is_a_file_not_found_error(tmp_path, kind):
-    """A chunk file the store lists but the OS cannot find (a dangling
-    symlink): StoreNotFound, a FileNotFoundError naming the chunk, as the
-    typed layer's missing files are."""
-    from loaderx.zrecord import StoreNotFound
+@pytest.mark.parametrize("name", ["0.chunk", "0.loc"])
+@pytest.mark.parametrize("how", ["dangling symlink", "removed"])
+def test_a_store_file_that_is_not_there_is_an_invalid_store(tmp_path, kind, name, how):
+    """A file the store needs but the OS cannot find, whether its name is
+    gone or left as a dangling symlink: code -8, the store is damaged, as
+    loaderx 1.7.2 says (this test runs on both packages). Regression: the
+    dangling symlink was StoreNotFound (-11, "store not found", a
+    FileNotFoundError) for a store that is there, while the removed file
+    was -8. Ours names the file and the OS reason."""
     path = tmp_path / "s"
     _store(path, kind)
-    chunk = path / "0.chunk"
-    os.remove(chunk)
-    os.symlink(tmp_path / "nowhere", chunk)
-    with pytest.raises(FileNotFoundError) as caught:
+    f = path / name
+    os.remove(f)
+    if how == "dangling symlink":
+        os.symlink(tmp_path / "nowhere", f)
+    with pytest.raises(ZrecordError) as caught:
         _open(path, kind)
     e = caught.value
-    assert isinstance(e, StoreNotFound) and e.code == -11
-    assert (e.errno, e.filename) == (errno.ENOENT, str(chunk))
+    assert e.code == -8, (type(e), e)
+    assert not isinstance(e, FileNotFoundError)
+    if OURS:
+        from loaderx.zrecord import InvalidStore
+        assert isinstance(e, InvalidStore)
+        assert str(f) in str(e), str(e)
+        if how == "dangling symlink":
+            assert os.strerror(errno.ENOENT) in str(e), str(e)
 
 
 @pytest.mark.parametrize("kind, args", [("dense", ()), ("dense", (np.uint8, (4,))),

@@ -99,8 +99,10 @@ class DictionaryInstalled(ZrecordError):
 
 
 class StoreNotFound(ZrecordError, FileNotFoundError):
-    """No store at the path; or a file the OS cannot find (a ``.npy``, a
-    file a store lists), with ``errno``, ``strerror`` and ``filename`` set."""
+    """No store at the path; or an input file the OS cannot find (a
+    ``.npy``, a text file), with ``errno``, ``strerror`` and ``filename``
+    set. A file of a store that is missing makes it an
+    :class:`InvalidStore`."""
 
     code = -11
 
