@@ -69,7 +69,14 @@ fn zerr(py: Python<'_>, kind: &str, message: String) -> PyErr {
         .and_then(|f| f.call1((kind, message.clone())));
     match made {
         Ok(exc) => PyErr::from_value(exc),
-        Err(e) => e,
+        // The package is broken (a partial install, a shadowing module):
+        // the store's error still reaches the user, as a RuntimeError (the
+        // base of every ZrecordError), with why its class could not be made.
+        Err(e) => {
+            let err = pyo3::exceptions::PyRuntimeError::new_err(message);
+            err.set_cause(py, Some(e));
+            err
+        }
     }
 }
 
@@ -1704,6 +1711,7 @@ mod tests {
     /// The exception `engine_err` makes of `e`: its class name, `code`,
     /// `errno` and `filename` (`None` where unset or not an OSError).
     fn raised(e: zrecord_engine::Error) -> (String, i64, Option<i32>, Option<String>) {
+        let _one = PY.lock().unwrap_or_else(|e| e.into_inner());
         Python::initialize();
         Python::attach(|py| {
             // `loaderx._errors` from the source tree: it imports nothing,
@@ -1725,6 +1733,33 @@ mod tests {
                 filename.and_then(|v| v.extract().expect("filename")),
             )
         })
+    }
+
+    /// One test at a time edits the interpreter's import state.
+    static PY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Regression: when `loaderx._errors` could not be imported (a broken
+    /// install), the exception raised was the import error alone and the
+    /// store's own message was lost.
+    #[test]
+    fn a_broken_package_still_raises_the_store_error() {
+        let _one = PY.lock().unwrap_or_else(|e| e.into_inner());
+        Python::initialize();
+        Python::attach(|py| {
+            let modules = py.import("sys").and_then(|s| s.getattr("modules")).unwrap();
+            let saved = modules.get_item("loaderx._errors").ok();
+            // A `None` entry makes the import fail with ImportError.
+            modules.set_item("loaderx._errors", py.None()).unwrap();
+            let err = zerr(py, "CorruptRecord", "record 7: bad frame".into());
+            match saved {
+                Some(m) => modules.set_item("loaderx._errors", m).unwrap(),
+                None => modules.del_item("loaderx._errors").unwrap(),
+            }
+            assert!(err.is_instance_of::<pyo3::exceptions::PyRuntimeError>(py));
+            assert_eq!(err.value(py).to_string(), "record 7: bad frame");
+            let cause = err.cause(py).expect("the import error as its cause");
+            assert!(cause.is_instance_of::<pyo3::exceptions::PyImportError>(py));
+        });
     }
 
     fn io(errno: i32) -> zrecord_engine::Error {
