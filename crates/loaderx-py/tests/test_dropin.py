@@ -158,3 +158,24 @@ def test_a_title_that_is_not_a_string_is_refused_naming_the_field():
 
     with pytest.raises(UnsupportedDType, match=r'field "x": title 1 is not a string'):
         DenseStore("n", np.dtype([((1, "x"), "<f4")]), (2,))
+
+
+def test_zrecord_error_requires_its_code():
+    """``ZrecordError()`` was accepted here, as a code -2 "file I/O
+    failed" error that nothing had reported; loaderx 1.7.2 requires the
+    code (a ``TypeError``)."""
+    from loaderx.zrecord import ZrecordError
+
+    with pytest.raises(TypeError):
+        ZrecordError()
+    e = ZrecordError(-3)
+    assert e.code == -3 and str(e) == "index out of range"
+
+
+@ours_only
+def test_a_zrecord_error_subclass_defaults_to_its_own_code():
+    from loaderx.zrecord import IndexOutOfRange, StoreClosed
+
+    assert IndexOutOfRange().code == -3 and str(IndexOutOfRange()) == "index out of range"
+    assert StoreClosed().code == -16
+
