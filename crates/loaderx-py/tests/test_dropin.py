@@ -20,10 +20,13 @@ from conftest import ours_only
 def test_next_on_a_temporary_loader_returns_its_batch():
     """Ours closed a loader with no other reference in the middle of its own
     ``__next__`` ("the DataLoader is closed")."""
-    with DenseStore("d", np.int32, (2,)) as ds:
-        ds.append(np.arange(12, dtype=np.int32).reshape(6, 2))
-        batch = DataLoader({"a": ds}, batch_size=3, mode=0).__next__()
-        np.testing.assert_array_equal(batch["a"], np.arange(6, dtype=np.int32).reshape(3, 2))
+    # The store is left open: loaderx 1.7.2's loader threads outlive a
+    # temporary loader (they hold it), and closing the store under its
+    # gather thread hung the reference's suite once.
+    ds = DenseStore("d", np.int32, (2,))
+    ds.append(np.arange(12, dtype=np.int32).reshape(6, 2))
+    batch = DataLoader({"a": ds}, batch_size=3, mode=0).__next__()
+    np.testing.assert_array_equal(batch["a"], np.arange(6, dtype=np.int32).reshape(3, 2))
 
 
 def test_a_memoryview_record_is_an_array_of_its_own_format():
