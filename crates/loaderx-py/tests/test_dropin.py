@@ -4,6 +4,9 @@ compared). Every test here runs on both packages
 (``LOADERX_SUITE=ref <ref python> -m pytest tests`` runs them on the
 reference), so they pin the reference's behaviour, not ours alone."""
 
+import copy
+import gc
+
 import numpy as np
 import pytest
 
@@ -17,10 +20,13 @@ from conftest import ours_only
 def test_next_on_a_temporary_loader_returns_its_batch():
     """Ours closed a loader with no other reference in the middle of its own
     ``__next__`` ("the DataLoader is closed")."""
-    with DenseStore("d", np.int32, (2,)) as ds:
-        ds.append(np.arange(12, dtype=np.int32).reshape(6, 2))
-        batch = DataLoader({"a": ds}, batch_size=3, mode=0).__next__()
-        np.testing.assert_array_equal(batch["a"], np.arange(6, dtype=np.int32).reshape(3, 2))
+    # The store is left open: loaderx 1.7.2's loader threads outlive a
+    # temporary loader (they hold it), and closing the store under its
+    # gather thread hung the reference's suite once.
+    ds = DenseStore("d", np.int32, (2,))
+    ds.append(np.arange(12, dtype=np.int32).reshape(6, 2))
+    batch = DataLoader({"a": ds}, batch_size=3, mode=0).__next__()
+    np.testing.assert_array_equal(batch["a"], np.arange(6, dtype=np.int32).reshape(3, 2))
 
 
 def test_a_memoryview_record_is_an_array_of_its_own_format():
@@ -158,3 +164,60 @@ def test_a_title_that_is_not_a_string_is_refused_naming_the_field():
 
     with pytest.raises(UnsupportedDType, match=r'field "x": title 1 is not a string'):
         DenseStore("n", np.dtype([((1, "x"), "<f4")]), (2,))
+
+
+def test_zrecord_error_requires_its_code():
+    """``ZrecordError()`` was accepted here, as a code -2 "file I/O
+    failed" error that nothing had reported; loaderx 1.7.2 requires the
+    code (a ``TypeError``)."""
+    from loaderx.zrecord import ZrecordError
+
+    with pytest.raises(TypeError):
+        ZrecordError()
+    e = ZrecordError(-3)
+    assert e.code == -3 and str(e) == "index out of range"
+
+
+@ours_only
+def test_a_zrecord_error_subclass_defaults_to_its_own_code():
+    from loaderx.zrecord import IndexOutOfRange, StoreClosed
+
+    assert IndexOutOfRange().code == -3 and str(IndexOutOfRange()) == "index out of range"
+    assert StoreClosed().code == -16
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_a_shallow_copy_going_away_leaves_the_store_open(kind):
+    """``copy.copy(store)`` shares the open handle, as in loaderx 1.7.2;
+    ours closed it when the copy was collected (the store object's
+    ``__del__`` closed the shared handle), so the original raised
+    ``StoreClosed`` on its next call."""
+    rec = np.arange(6, dtype=np.float32).reshape(2, 3)
+    store = DenseStore("s", np.float32, (3,)) if kind == "dense" else RaggedStore("s", np.float32)
+    store.append(rec if kind == "dense" else list(rec))
+    dup = copy.copy(store)
+    assert len(dup) == 2
+    del dup
+    gc.collect()
+    assert len(store) == 2
+    np.testing.assert_array_equal(np.stack(list(store[[1, 0]])), rec[[1, 0]])
+    store.append(rec if kind == "dense" else list(rec))
+    store.close()
+    # Released with the last holder: the store opens again.
+    again = DenseStore("s") if kind == "dense" else RaggedStore("s")
+    assert len(again) == 4
+    again.close()
+
+
+@ours_only
+def test_closing_a_shallow_copy_closes_the_shared_handle():
+    """One handle, as in the reference; here the original then raises
+    ``StoreClosed`` (the reference would call into a freed handle)."""
+    from loaderx.zrecord import StoreClosed
+
+    ds = DenseStore("d", np.uint8, (2,))
+    ds.append(np.zeros((1, 2), np.uint8))
+    copy.copy(ds).close()
+    with pytest.raises(StoreClosed):
+        len(ds)
+    assert len(DenseStore("d")) == 1

@@ -36,13 +36,18 @@ class ZrecordError(RuntimeError):
 
     ``ZrecordError(code)`` builds the reference's message for ``code``;
     ``ZrecordError(code, message)`` carries a more precise one (the native
-    layer names the file, index or field).
+    layer names the file, index or field). The code is required, as in the
+    reference; a subclass (``IndexOutOfRange()``) defaults to its own.
     """
 
     code = -2
 
     def __init__(self, code=None, message=None):
         if code is None:
+            if type(self) is ZrecordError:
+                # loaderx 1.7.2's ZrecordError(code) requires the code; a
+                # subclass knows its own.
+                raise TypeError("ZrecordError() missing 1 required positional argument: 'code'")
             code = type(self).code
         if message is None:
             message = _MESSAGES.get(code, f"unknown zrecord error {code}")
@@ -156,4 +161,4 @@ _BY_NAME = {cls.__name__: cls for cls in (
 def _raise(kind, message):
     """Called by the native module: build the exception for ``kind``."""
     cls = _BY_NAME.get(kind, ZrecordError)
-    return cls(None, message)
+    return cls(cls.code, message)

@@ -204,10 +204,38 @@ def _integral(idxs, where=""):
         raise IndexOutOfRange(None, f"{where}record index {big} is out of range") from None
 
 
+class _Handle:
+    """The open native handle of a store, shared by the store object and its
+    shallow copies (``copy.copy`` shares loaderx 1.7.2's handle too): it is
+    released when the last of them goes, or by ``close()`` on any of them.
+    (Closing in the store object's own ``__del__`` closed a handle that a
+    copy still used.)"""
+
+    __slots__ = ("core",)
+
+    def __init__(self, core):
+        self.core = core
+
+    def __del__(self):
+        core = getattr(self, "core", None)
+        if core is not None:
+            self.core = None
+            try:
+                core.close()  # syncs deferred appends, GIL released
+            except Exception:
+                pass
+
+
 class _Base:
     """Type identity, index normalization and lifecycle common to both kinds."""
 
-    _core = None
+    _handle = None
+
+    @property
+    def _core(self):
+        """The open native handle, ``None`` once closed."""
+        handle = self._handle
+        return None if handle is None else handle.core
 
     def __init__(self, path, kind, dtype=None, item_shape=None, codec=None,
                  dict_bytes=None, read_only=False, level=None,
@@ -323,7 +351,7 @@ class _Base:
             else:
                 core = native.create(str(self.path), identity, self.codec,
                                      dict_bytes, level, durability)
-        self._core = core
+        self._handle = _Handle(core)
         if kind == "dense":
             self.item_shape = tuple(core.item_shape)
             self._row_bytes = core.record_bytes
@@ -354,16 +382,11 @@ class _Base:
         """Make deferred appends durable and release the store (and its
         lock). Idempotent; raises if the final sync fails (the handle is
         released either way, and the next open recovers)."""
-        core = self._core
+        handle = self._handle
+        core = None if handle is None else handle.core
         if core is not None:
-            self._core = None
+            handle.core = None
             core.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         state = "closed" if self._core is None else f"{len(self)} records"
