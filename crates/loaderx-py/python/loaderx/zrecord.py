@@ -364,7 +364,11 @@ class _Base:
         return self._core
 
     def _open(self):
-        core = self._core
+        # Every call goes through here: one attribute chain, no property.
+        try:
+            core = self._handle.core
+        except AttributeError:  # never opened: no handle
+            core = None
         if core is None:
             raise StoreClosed(None, f"{self.path}: store is closed")
         return core
