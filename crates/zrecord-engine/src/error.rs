@@ -82,7 +82,7 @@ pub enum Error {
         path: PathBuf,
     },
     /// `create` found files in the target directory.
-    #[error("cannot create a store in {path}: it already holds {file}")]
+    #[error("cannot create a store in {path}: it already holds {file}{}", leftover_hint(.file))]
     ForeignFiles {
         /// The directory.
         path: PathBuf,
@@ -244,6 +244,19 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// For [`Error::ForeignFiles`]: what a file a killed create leaves is. A
+/// creator makes `meta.zr` as `meta.zr.creating.<pid>.<n>` first; killed
+/// before it linked it as `meta.zr`, it leaves that empty file in a
+/// directory that is otherwise as it found it (a create in progress has
+/// one for a moment too).
+fn leftover_hint(file: &str) -> &'static str {
+    if file.starts_with("meta.zr.creating.") {
+        " (left by a create that was killed: remove it if no create is running)"
+    } else {
+        ""
+    }
+}
+
 /// "record N: " before the detail of a record's corruption.
 fn record_prefix(record: Option<u64>) -> String {
     match record {
@@ -262,6 +275,27 @@ mod tests {
     /// (anyhow's `{:#}`, eyre, the Python binding) printed it twice: "read
     /// /x/0.loc: No such file or directory (os error 2): No such file or
     /// directory (os error 2)".
+    #[test]
+    fn a_killed_creates_leftover_is_named_as_such() {
+        let e = Error::ForeignFiles {
+            path: "/d/s".into(),
+            file: "meta.zr.creating.4242.0".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot create a store in /d/s: it already holds meta.zr.creating.4242.0 \
+             (left by a create that was killed: remove it if no create is running)"
+        );
+        let e = Error::ForeignFiles {
+            path: "/d/s".into(),
+            file: "notes.txt".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot create a store in /d/s: it already holds notes.txt"
+        );
+    }
+
     #[test]
     fn an_io_error_leaves_its_os_error_to_source_and_the_chain_shows_it_once() {
         let os = std::io::Error::from_raw_os_error(2);
