@@ -846,3 +846,55 @@ def test_allocate_with_fresh_arrays_and_a_transform_that_drops_them():
             sums, y = next(loader)
             np.testing.assert_array_equal(sums, x[y].sum(axis=(1, 2)))
     close_all(streams)
+
+
+class _Unprintable:
+    """A stream name whose repr raises."""
+
+    def __repr__(self):
+        raise ValueError("no repr")
+
+    __str__ = __repr__
+
+
+def test_a_failing_gather_reraises_even_when_the_stream_name_cannot_be_printed():
+    # The failure path formats the stream's name into a note; when that
+    # raised, the gather thread died with the failure unrecorded and next()
+    # waited forever for a batch nobody would make.
+    class Broken:
+        def __len__(self):
+            return 10
+
+        def __getitems__(self, idxs):
+            raise OSError("disk gone")
+
+    loader = DataLoader({_Unprintable(): Broken()}, batch_size=2, num_workers=1)
+    try:
+        with pytest.raises(OSError, match="disk gone"):
+            _in_thread(lambda: next(loader))
+    finally:
+        loader.close()
+
+
+@ours_only
+def test_a_transform_raising_an_unprintable_stopiteration_still_reraises():
+    # StopIteration is wrapped in a RuntimeError whose message holds its
+    # repr; a repr that raised killed the worker and next() hung.
+    class Odd(StopIteration):
+        def __repr__(self):
+            raise ValueError("no repr")
+
+        __str__ = __repr__
+
+    def transform(batch):
+        raise Odd()
+
+    _, streams = make_streams(20)
+    loader = DataLoader(streams, batch_size=4, num_workers=1, transform=transform)
+    try:
+        with pytest.raises(RuntimeError, match="its repr raised") as info:
+            _in_thread(lambda: next(loader))
+        assert isinstance(info.value.__cause__, Odd)
+    finally:
+        loader.close()
+        close_all(streams)

@@ -48,6 +48,16 @@ def _note(exc, text):
         pass
 
 
+def _repr(obj):
+    """``repr(obj)``, or a stand-in when it raises: a failure being recorded
+    must not fail itself (the worker thread would die with the failure
+    unrecorded, and the consumer would wait forever for its batch)."""
+    try:
+        return repr(obj)
+    except Exception:  # noqa: BLE001 — any repr failure gets the stand-in
+        return f"<{type(obj).__name__} object (its repr raised)>"
+
+
 def _gather_allocated(allocate, name, ds):
     """A gather for the dense store ``ds`` (stream ``name``) into memory from
     ``allocate(name, shape, dtype)``; the batch carries the object it
@@ -217,7 +227,7 @@ class _Pipeline:
         if isinstance(exc, StopIteration):
             # Raised from next(), it would end the consumer's for loop as if
             # the endless loader were exhausted (PEP 479's reasoning).
-            err = RuntimeError(f"{during} raised {exc!r}")
+            err = RuntimeError(f"{during} raised {_repr(exc)}")
             err.__cause__ = exc
             exc = err
         with self.lock:
@@ -286,7 +296,7 @@ class _Pipeline:
             return True
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
             if step is not None:
-                _note(exc, f"while gathering stream {name!r} for step {step}"
+                _note(exc, f"while gathering stream {_repr(name)} for step {step}"
                       if name is not None else f"while gathering step {step}")
             with self.lock:
                 self.lent.pop(ticket, None)  # this batch will never be delivered
