@@ -898,3 +898,67 @@ def test_a_transform_raising_an_unprintable_stopiteration_still_reraises():
     finally:
         loader.close()
         close_all(streams)
+
+
+@ours_only
+def test_two_transforms_closing_the_loader_at_once_do_not_wait_for_each_other():
+    # close() from a transform waited for every other pipeline thread; two
+    # transforms closing at once each waited for the other for the whole
+    # timeout, and a consumer's close() behind them too.
+    _, streams = make_streams(40)
+    ready = threading.Event()
+    both = threading.Barrier(2)
+    box = {}
+
+    def transform(batch):
+        ready.wait(60)
+        try:
+            both.wait(60)
+        except threading.BrokenBarrierError:
+            return batch
+        box["loader"].close(timeout=3600)
+        return batch
+
+    start = threading.active_count()
+    loader = DataLoader(streams, batch_size=4, num_workers=2, transform=transform)
+    box["loader"] = loader
+    ready.set()
+
+    def consume():
+        with pytest.raises(RuntimeError, match="closed"):
+            next(loader)
+        loader.close(timeout=3600)
+
+    try:
+        _in_thread(consume)
+        assert not any(t.is_alive() for t in loader._pipeline.threads)
+    finally:
+        both.abort()
+        close_all(streams)
+    _threads_back_to(start, 30)
+
+
+@ours_only
+def test_close_by_a_thread_holding_the_pipelines_lock_does_not_wait_on_it():
+    # A signal handler, or a finalizer the cyclic collector runs, can call
+    # close() while its thread is inside next() (or a pipeline thread is
+    # inside its bookkeeping) and holds the pipeline's lock; close() then
+    # waited for threads that needed that very lock, for the whole timeout.
+    _, streams = make_streams(40)
+    start = threading.active_count()
+    loader = DataLoader(streams, batch_size=4, num_workers=2)
+    next(loader)
+
+    def close_holding_the_lock():
+        with loader._pipeline.lock:
+            loader.close(timeout=3600)
+
+    try:
+        _in_thread(close_holding_the_lock)
+        with pytest.raises(RuntimeError, match="closed"):
+            next(loader)
+        _in_thread(loader.close)  # now waits for the threads, which end
+        assert not any(t.is_alive() for t in loader._pipeline.threads)
+    finally:
+        close_all(streams)
+    _threads_back_to(start, 30)

@@ -189,6 +189,7 @@ class _Pipeline:
         self.next_ticket = 0          # ordered: the ticket delivered next
         self.next_step = start_step   # one past the step last returned
         self.taking = None            # a hand-over in progress, see _hand_over
+        self.closing = []             # threads inside close() (nested: twice), see close
         self.draw_lock = threading.Lock()  # (ticket, step, indices) drawn as one
         self.pid = os.getpid()             # the threads live in this process
         # Two gather threads: while one waits out the tail of its gather (the
@@ -425,7 +426,14 @@ class _Pipeline:
         all (a transform still running past that finishes on its own)."""
         if os.getpid() != self.pid:
             return  # a forked child: the threads (and their lock) are the parent's
+        current = threading.current_thread()
+        # A caller that already holds the lock (a signal handler, or a
+        # finalizer the cyclic collector runs, landing while next() or a
+        # pipeline thread held it) must not wait for threads that need that
+        # lock to see the stop: it only stops them, and they end on their own.
+        held = self.lock._is_owned()
         with self.lock:
+            self.closing.append(current)
             self.stopped = True
             self.raw.clear()
             self.done.clear()
@@ -437,11 +445,27 @@ class _Pipeline:
             # forever where it is disabled.
             self.failure = None
             self.cond.notify_all()
-        current = threading.current_thread()
-        deadline = time.monotonic() + timeout
-        for t in self.threads:
-            if t is not current:
+        try:
+            if held:
+                return
+            mine = current in self.threads
+            deadline = time.monotonic() + timeout
+            for t in self.threads:
+                if t is current:
+                    continue
+                if mine:
+                    # close() from the transform or allocate (or a finalizer
+                    # run there): another pipeline thread already in close()
+                    # may be waiting for this one, so it is not waited for.
+                    # Each registers before it looks, so of two such threads
+                    # at least one sees the other: no cycle of waits.
+                    with self.lock:
+                        if t in self.closing:
+                            continue
                 t.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            with self.lock:
+                self.closing.remove(current)
 
 
 class DataLoader:
