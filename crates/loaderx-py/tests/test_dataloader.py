@@ -962,3 +962,18 @@ def test_close_by_a_thread_holding_the_pipelines_lock_does_not_wait_on_it():
     finally:
         close_all(streams)
     _threads_back_to(start, 30)
+
+
+@ours_only
+def test_close_with_no_timeout_waits_for_the_threads_as_thread_join_does():
+    # close(None) raised a TypeError (float + None) after it had already
+    # stopped the pipeline, leaving the threads unwaited for.
+    _, streams = make_streams(40)
+    loader = DataLoader(streams, batch_size=4, num_workers=2)
+    next(loader)
+    try:
+        _in_thread(lambda: loader.close(timeout=None))
+        assert not any(t.is_alive() for t in loader._pipeline.threads)
+    finally:
+        loader.close()
+        close_all(streams)

@@ -423,7 +423,8 @@ class _Pipeline:
 
     def close(self, timeout=30.0):
         """Stops the threads and waits for them up to ``timeout`` seconds in
-        all (a transform still running past that finishes on its own)."""
+        all (a transform still running past that finishes on its own;
+        ``None``: as long as they take, as ``Thread.join``)."""
         if os.getpid() != self.pid:
             return  # a forked child: the threads (and their lock) are the parent's
         current = threading.current_thread()
@@ -449,7 +450,7 @@ class _Pipeline:
             if held:
                 return
             mine = current in self.threads
-            deadline = time.monotonic() + timeout
+            deadline = None if timeout is None else time.monotonic() + timeout
             for t in self.threads:
                 if t is current:
                     continue
@@ -462,7 +463,7 @@ class _Pipeline:
                     with self.lock:
                         if t in self.closing:
                             continue
-                t.join(max(0.0, deadline - time.monotonic()))
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         finally:
             with self.lock:
                 self.closing.remove(current)
@@ -628,7 +629,8 @@ class DataLoader:
     def close(self, timeout=30.0):
         """Stop the pipeline threads and wait for them, up to ``timeout``
         seconds in all (a transform still running then finishes on its own,
-        its result dropped). Idempotent."""
+        its result dropped; ``None`` waits as long as they take, as
+        ``Thread.join(None)``). Idempotent."""
         pipeline = getattr(self, "_pipeline", None)
         if pipeline is not None:
             pipeline.close(timeout)
