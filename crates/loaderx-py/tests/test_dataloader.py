@@ -846,3 +846,134 @@ def test_allocate_with_fresh_arrays_and_a_transform_that_drops_them():
             sums, y = next(loader)
             np.testing.assert_array_equal(sums, x[y].sum(axis=(1, 2)))
     close_all(streams)
+
+
+class _Unprintable:
+    """A stream name whose repr raises."""
+
+    def __repr__(self):
+        raise ValueError("no repr")
+
+    __str__ = __repr__
+
+
+def test_a_failing_gather_reraises_even_when_the_stream_name_cannot_be_printed():
+    # The failure path formats the stream's name into a note; when that
+    # raised, the gather thread died with the failure unrecorded and next()
+    # waited forever for a batch nobody would make.
+    class Broken:
+        def __len__(self):
+            return 10
+
+        def __getitems__(self, idxs):
+            raise OSError("disk gone")
+
+    loader = DataLoader({_Unprintable(): Broken()}, batch_size=2, num_workers=1)
+    try:
+        with pytest.raises(OSError, match="disk gone"):
+            _in_thread(lambda: next(loader))
+    finally:
+        loader.close()
+
+
+@ours_only
+def test_a_transform_raising_an_unprintable_stopiteration_still_reraises():
+    # StopIteration is wrapped in a RuntimeError whose message holds its
+    # repr; a repr that raised killed the worker and next() hung.
+    class Odd(StopIteration):
+        def __repr__(self):
+            raise ValueError("no repr")
+
+        __str__ = __repr__
+
+    def transform(batch):
+        raise Odd()
+
+    _, streams = make_streams(20)
+    loader = DataLoader(streams, batch_size=4, num_workers=1, transform=transform)
+    try:
+        with pytest.raises(RuntimeError, match="its repr raised") as info:
+            _in_thread(lambda: next(loader))
+        assert isinstance(info.value.__cause__, Odd)
+    finally:
+        loader.close()
+        close_all(streams)
+
+
+@ours_only
+def test_two_transforms_closing_the_loader_at_once_do_not_wait_for_each_other():
+    # close() from a transform waited for every other pipeline thread; two
+    # transforms closing at once each waited for the other for the whole
+    # timeout, and a consumer's close() behind them too.
+    _, streams = make_streams(40)
+    ready = threading.Event()
+    both = threading.Barrier(2)
+    box = {}
+
+    def transform(batch):
+        ready.wait(60)
+        try:
+            both.wait(60)
+        except threading.BrokenBarrierError:
+            return batch
+        box["loader"].close(timeout=3600)
+        return batch
+
+    start = threading.active_count()
+    loader = DataLoader(streams, batch_size=4, num_workers=2, transform=transform)
+    box["loader"] = loader
+    ready.set()
+
+    def consume():
+        with pytest.raises(RuntimeError, match="closed"):
+            next(loader)
+        loader.close(timeout=3600)
+
+    try:
+        _in_thread(consume)
+        assert not any(t.is_alive() for t in loader._pipeline.threads)
+    finally:
+        both.abort()
+        close_all(streams)
+    _threads_back_to(start, 30)
+
+
+@ours_only
+def test_close_by_a_thread_holding_the_pipelines_lock_does_not_wait_on_it():
+    # A signal handler, or a finalizer the cyclic collector runs, can call
+    # close() while its thread is inside next() (or a pipeline thread is
+    # inside its bookkeeping) and holds the pipeline's lock; close() then
+    # waited for threads that needed that very lock, for the whole timeout.
+    _, streams = make_streams(40)
+    start = threading.active_count()
+    loader = DataLoader(streams, batch_size=4, num_workers=2)
+    next(loader)
+
+    def close_holding_the_lock():
+        with loader._pipeline.lock:
+            loader.close(timeout=3600)
+
+    try:
+        _in_thread(close_holding_the_lock)
+        with pytest.raises(RuntimeError, match="closed"):
+            next(loader)
+        _in_thread(loader.close)  # now waits for the threads, which end
+        assert not any(t.is_alive() for t in loader._pipeline.threads)
+    finally:
+        close_all(streams)
+    _threads_back_to(start, 30)
+
+
+@ours_only
+def test_close_with_no_timeout_waits_for_the_threads_as_thread_join_does():
+    # close(None) raised a TypeError (float + None) after it had already
+    # stopped the pipeline, leaving the threads unwaited for.
+    _, streams = make_streams(40)
+    loader = DataLoader(streams, batch_size=4, num_workers=2)
+    next(loader)
+    try:
+        _in_thread(lambda: loader.close(timeout=None))
+        assert not any(t.is_alive() for t in loader._pipeline.threads)
+    finally:
+        loader.close()
+        close_all(streams)

@@ -48,6 +48,16 @@ def _note(exc, text):
         pass
 
 
+def _repr(obj):
+    """``repr(obj)``, or a stand-in when it raises: a failure being recorded
+    must not fail itself (the worker thread would die with the failure
+    unrecorded, and the consumer would wait forever for its batch)."""
+    try:
+        return repr(obj)
+    except Exception:  # noqa: BLE001 — any repr failure gets the stand-in
+        return f"<{type(obj).__name__} object (its repr raised)>"
+
+
 def _gather_allocated(allocate, name, ds):
     """A gather for the dense store ``ds`` (stream ``name``) into memory from
     ``allocate(name, shape, dtype)``; the batch carries the object it
@@ -179,6 +189,7 @@ class _Pipeline:
         self.next_ticket = 0          # ordered: the ticket delivered next
         self.next_step = start_step   # one past the step last returned
         self.taking = None            # a hand-over in progress, see _hand_over
+        self.closing = []             # threads inside close() (nested: twice), see close
         self.draw_lock = threading.Lock()  # (ticket, step, indices) drawn as one
         self.pid = os.getpid()             # the threads live in this process
         # Two gather threads: while one waits out the tail of its gather (the
@@ -217,7 +228,7 @@ class _Pipeline:
         if isinstance(exc, StopIteration):
             # Raised from next(), it would end the consumer's for loop as if
             # the endless loader were exhausted (PEP 479's reasoning).
-            err = RuntimeError(f"{during} raised {exc!r}")
+            err = RuntimeError(f"{during} raised {_repr(exc)}")
             err.__cause__ = exc
             exc = err
         with self.lock:
@@ -286,7 +297,7 @@ class _Pipeline:
             return True
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
             if step is not None:
-                _note(exc, f"while gathering stream {name!r} for step {step}"
+                _note(exc, f"while gathering stream {_repr(name)} for step {step}"
                       if name is not None else f"while gathering step {step}")
             with self.lock:
                 self.lent.pop(ticket, None)  # this batch will never be delivered
@@ -412,10 +423,18 @@ class _Pipeline:
 
     def close(self, timeout=30.0):
         """Stops the threads and waits for them up to ``timeout`` seconds in
-        all (a transform still running past that finishes on its own)."""
+        all (a transform still running past that finishes on its own;
+        ``None``: as long as they take, as ``Thread.join``)."""
         if os.getpid() != self.pid:
             return  # a forked child: the threads (and their lock) are the parent's
+        current = threading.current_thread()
+        # A caller that already holds the lock (a signal handler, or a
+        # finalizer the cyclic collector runs, landing while next() or a
+        # pipeline thread held it) must not wait for threads that need that
+        # lock to see the stop: it only stops them, and they end on their own.
+        held = self.lock._is_owned()
         with self.lock:
+            self.closing.append(current)
             self.stopped = True
             self.raw.clear()
             self.done.clear()
@@ -427,11 +446,27 @@ class _Pipeline:
             # forever where it is disabled.
             self.failure = None
             self.cond.notify_all()
-        current = threading.current_thread()
-        deadline = time.monotonic() + timeout
-        for t in self.threads:
-            if t is not current:
-                t.join(max(0.0, deadline - time.monotonic()))
+        try:
+            if held:
+                return
+            mine = current in self.threads
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for t in self.threads:
+                if t is current:
+                    continue
+                if mine:
+                    # close() from the transform or allocate (or a finalizer
+                    # run there): another pipeline thread already in close()
+                    # may be waiting for this one, so it is not waited for.
+                    # Each registers before it looks, so of two such threads
+                    # at least one sees the other: no cycle of waits.
+                    with self.lock:
+                        if t in self.closing:
+                            continue
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        finally:
+            with self.lock:
+                self.closing.remove(current)
 
 
 class DataLoader:
@@ -594,7 +629,8 @@ class DataLoader:
     def close(self, timeout=30.0):
         """Stop the pipeline threads and wait for them, up to ``timeout``
         seconds in all (a transform still running then finishes on its own,
-        its result dropped). Idempotent."""
+        its result dropped; ``None`` waits as long as they take, as
+        ``Thread.join(None)``). Idempotent."""
         pipeline = getattr(self, "_pipeline", None)
         if pipeline is not None:
             pipeline.close(timeout)
