@@ -510,6 +510,11 @@ class DataLoader:
                 finished): up to ``prefetch_size + num_workers`` batches wait
                 in the pipeline, besides those the consumer holds. Memory a
                 batch in the pipeline still owns is refused with an error.
+                Hand buffers out from a free list the consumer gives them
+                back to, not from a fixed ring in turn: the two gather
+                threads call ``allocate`` in no fixed step order, so a ring
+                sized to that bound can hand out a buffer whose batch the
+                consumer still holds.
                 For a CUDA model, return pinned tensors
                 (``torch.empty(shape, dtype=..., pin_memory=True)``, which
                 PyTorch recycles safely) and the host-to-device copy runs
