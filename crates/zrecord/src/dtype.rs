@@ -161,6 +161,10 @@ impl DType {
     /// `f32`) is an error here rather than a panic or miscounted records
     /// later.
     ///
+    /// Normalised as a store keeps it (one-byte scalars `|`, an unset order
+    /// native), so an impl that spells a one-byte field `<u1` still equals
+    /// the `|u1` its store was created with, and reopens as itself.
+    ///
     /// ```
     /// use zrecord::DType;
     /// assert_eq!(DType::of::<f32>().unwrap().to_numpy_str(), "<f4");
@@ -176,7 +180,7 @@ impl DType {
                 dt.itemsize()
             )));
         }
-        Ok(dt)
+        Ok(dt.normalized())
     }
 
     /// Scalar helper with the order normalized for one-byte types.
