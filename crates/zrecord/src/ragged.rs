@@ -26,6 +26,19 @@ use crate::store::{self, OpenOptions};
 /// Largest record the format holds (2^31 bytes).
 const MAX_RECORD_BYTES: usize = 1 << 31;
 
+/// Where a [`RaggedBatch`]'s payloads start: a multiple of this many bytes
+/// in memory, so a record views as any element aligned to at most 64 bytes
+/// (a `#[repr(align(16))]` or `align(32)` SIMD type included). Every payload
+/// then starts aligned too: payload lengths are multiples of the item size,
+/// which is a multiple of the element's alignment.
+const PAYLOAD_ALIGN: usize = 64;
+
+/// The bytes to skip at `base` so that `base + pad + head` is a multiple of
+/// [`PAYLOAD_ALIGN`]; `base` and `head` are multiples of 8, so `pad` is too.
+fn payload_pad(base: usize, head: usize) -> usize {
+    (PAYLOAD_ALIGN - (base.wrapping_add(head)) % PAYLOAD_ALIGN) % PAYLOAD_ALIGN
+}
+
 /// Most dimensions a ragged record may have: NumPy's limit (`NPY_MAXDIMS`
 /// is 64), so every record can be handed to NumPy. Appends refuse more, and
 /// [`RaggedCore::verify`] reports a shape record longer than a rank plus 64
@@ -320,6 +333,9 @@ impl RaggedCore {
         phys.clear();
         phys.extend(indices.iter().map(|&i| 2 * i + 1));
         phys.extend(indices.iter().map(|&i| 2 * i));
+        // Bytes skipped at the buffer's start so the payloads start
+        // PAYLOAD_ALIGN-aligned in memory (a multiple of 8).
+        let mut pad = 0usize;
         let packed = self.engine.gather_packed(phys, goffs, |goffs| {
             for (k, w) in goffs[..=n].windows(2).enumerate() {
                 let l = w[1] - w[0];
@@ -331,18 +347,21 @@ impl RaggedCore {
                 }
             }
             let at = goffs[2 * n];
-            let words = at.div_ceil(8);
+            let words = (at + PAYLOAD_ALIGN).div_ceil(8);
             if buf.len() < words {
                 buf.resize(words, 0);
             }
-            Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(buf)[..at])
+            let bytes = bytemuck::cast_slice_mut::<u64, u8>(buf);
+            pad = payload_pad(bytes.as_ptr() as usize, goffs[n]);
+            Ok(&mut bytes[pad..pad + at])
         });
         packed.map_err(logical_record_error)?;
         let itemsize = self.dtype.itemsize() as u64;
         let start = goffs[n];
         for k in 0..n {
-            // Aligned: every shape record starts and ends on a multiple of 8.
-            let rec = &buf[goffs[k] / 8..goffs[k + 1] / 8];
+            // Aligned: every shape record starts and ends on a multiple of 8
+            // (and so does `pad`).
+            let rec = &buf[(pad + goffs[k]) / 8..(pad + goffs[k + 1]) / 8];
             let rank = u64::from_le(rec[0]);
             let have = rec.len() - 1;
             if rank != have as u64 {
@@ -371,7 +390,7 @@ impl RaggedCore {
             dim_offsets.push(dims.len());
             offsets.push(goffs[n + k + 1] - start);
         }
-        *payload_start = start;
+        *payload_start = pad + start;
         *data_len = goffs[2 * n] - start;
         Ok(())
     }
@@ -506,12 +525,13 @@ impl RaggedCore {
     }
 }
 
-/// A gathered ragged batch: every payload packed in one 8-aligned buffer,
-/// with per-record byte offsets and shapes. Reuse one across gathers to
-/// avoid allocating. [`Default`] is [`RaggedBatch::new`].
-#[derive(Debug, Clone)]
+/// A gathered ragged batch: every payload packed in one buffer, starting
+/// 64-aligned, with per-record byte offsets and shapes. Reuse one across
+/// gathers to avoid allocating. [`Default`] is [`RaggedBatch::new`].
+#[derive(Debug)]
 pub struct RaggedBatch {
-    /// Shape records then payloads; 8-aligned because it is `u64`s.
+    /// Padding, shape records, then payloads from `payload_start`, which is
+    /// [`PAYLOAD_ALIGN`]-aligned in memory.
     buf: Vec<u64>,
     payload_start: usize,
     data_len: usize,
@@ -585,7 +605,9 @@ impl RaggedBatch {
         &self.data()[self.offsets[k]..self.offsets[k + 1]]
     }
 
-    /// All payloads, packed in order; starts 8-aligned.
+    /// All payloads, packed in order; starts 64-aligned in memory, so
+    /// [`view`](Self::view) works for any element aligned to at most 64
+    /// bytes.
     pub fn data(&self) -> &[u8] {
         &bytemuck::cast_slice(&self.buf)[self.payload_start..self.payload_start + self.data_len]
     }
@@ -624,6 +646,29 @@ impl RaggedBatch {
         let shape: Vec<usize> = self.shape(k).iter().map(|&d| d as usize).collect();
         ArrayViewD::from_shape(IxDyn(&shape), elems)
             .map_err(|e| Error::invalid(format!("record {k} cannot be viewed: {e}")))
+    }
+}
+
+/// A copy whose payloads start 64-aligned in its own buffer, as a gathered
+/// batch's do (a plain copy of the buffer would move them off the boundary).
+impl Clone for RaggedBatch {
+    fn clone(&self) -> Self {
+        let data = self.data();
+        let mut buf = vec![0u64; (data.len() + PAYLOAD_ALIGN).div_ceil(8)];
+        let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut buf);
+        let pad = payload_pad(bytes.as_ptr() as usize, 0);
+        bytes[pad..pad + data.len()].copy_from_slice(data);
+        RaggedBatch {
+            buf,
+            payload_start: pad,
+            data_len: self.data_len,
+            offsets: self.offsets.clone(),
+            dims: self.dims.clone(),
+            dim_offsets: self.dim_offsets.clone(),
+            dtype: self.dtype.clone(),
+            phys: Vec::new(),
+            goffs: Vec::new(),
+        }
     }
 }
 
@@ -722,8 +767,16 @@ impl<T: Element> RaggedStore<T> {
         let positions = resolve(&idx.into(), self.len())?;
         let mut batch = RaggedBatch::new();
         self.core.gather_into(&positions, &mut batch)?;
+        // Copied out as T (alignment-free), not viewed: an element aligned
+        // past the batch's 64 bytes still gathers.
         (0..batch.len())
-            .map(|k| batch.view::<T>(k).map(|v| v.to_owned()))
+            .map(|k| {
+                let shape: Vec<usize> = batch.shape(k).iter().map(|&d| d as usize).collect();
+                let elems: Vec<T> = bytemuck::pod_collect_to_vec(batch.bytes(k));
+                ArrayD::from_shape_vec(IxDyn(&shape), elems).map_err(|e| {
+                    Error::invalid(format!("record {} cannot be shaped: {e}", positions[k]))
+                })
+            })
             .collect()
     }
 
