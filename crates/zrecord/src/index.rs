@@ -197,6 +197,13 @@ macro_rules! from_int_ranges {
         }
         impl From<RangeInclusive<$t>> for Indices<'static> {
             fn from(r: RangeInclusive<$t>) -> Self {
+                // An iterated-out `a..=b` still reports `a` and `b` but
+                // yields nothing: it names no record. (Only then is a range
+                // with `start <= end` empty; `2..=-1` is "2 through the
+                // last" and not emptied here.)
+                if r.start() <= r.end() && r.is_empty() {
+                    return Indices::range(Some(0), Some(0), 1);
+                }
                 Indices::range(Some(sat(*r.start())), inclusive_stop(sat(*r.end())), 1)
             }
         }
@@ -379,6 +386,23 @@ mod tests {
         let picked: Vec<u64> = vec![3, 1];
         assert_eq!(resolve(&(&picked).into(), 4).unwrap(), vec![3, 1]);
         assert_eq!(resolve(&picked[..].into(), 4).unwrap(), vec![3, 1]);
+    }
+
+    /// Regression: an `a..=b` iterated to its end still reports `a` and
+    /// `b`, and converted to the records `a..=b` instead of none.
+    #[test]
+    fn an_exhausted_inclusive_range_names_no_record() {
+        let mut r = 1..=1i64;
+        assert_eq!(r.next(), Some(1));
+        assert_eq!(resolve(&r.into(), 4).unwrap(), Vec::<u64>::new());
+        let mut r = 0..=1u64;
+        r.by_ref().for_each(drop);
+        assert_eq!(resolve(&r.into(), 4).unwrap(), Vec::<u64>::new());
+        let mut r = 0..=2usize;
+        r.next();
+        assert_eq!(resolve(&r.into(), 4).unwrap(), vec![1, 2]);
+        assert_eq!(resolve(&(2..=-1i64).into(), 4).unwrap(), vec![2, 3]);
+        assert_eq!(resolve(&(3..=1i64).into(), 4).unwrap(), Vec::<u64>::new());
     }
 
     #[test]
