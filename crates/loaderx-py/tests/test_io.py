@@ -376,3 +376,26 @@ except MemoryError as e:
                          env={**os.environ, "RAYON_NUM_THREADS": "1"})
     assert "MemoryError:" in out.stdout and "big.npy: cannot allocate 32.0 GiB" in out.stdout, \
         out.stdout + out.stderr
+
+
+def _npy_with_header(path, dict_text, payload=b""):
+    body = dict_text.encode("latin1")
+    body += b" " * ((-(10 + len(body) + 1)) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little")
+                     + body + payload)
+    return path
+
+
+def test_a_shape_numpy_cannot_build_is_a_header_error_naming_the_file(tmp_path):
+    # Regression: (0, 2**62, 4) has no elements, so the header passed, but
+    # NumPy cannot build the array: load_npy failed inside np.ndarray with
+    # "array is too big" and no file name, and npy_header called it valid.
+    from loaderx.io import load_npy, load_npy_prefix, npy_header
+    p = _npy_with_header(
+        tmp_path / "big.npy",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4611686018427387904, 4), }")
+    with pytest.raises(ValueError):
+        np.load(p)
+    for f in (npy_header, load_npy, lambda q: load_npy_prefix(q, 0)):
+        with pytest.raises(ValueError, match=r"big\.npy.*overflows"):
+            f(p)
