@@ -297,7 +297,10 @@ fn a_shape_numpy_cannot_allocate_is_refused_even_with_a_zero_dimension() {
         let p = write_header_only(dir.path(), "o.npy", shape);
         let named = |e: Error| {
             let m = e.to_string();
-            assert!(m.contains("o.npy") && m.contains("overflows"), "{shape}: {m}");
+            assert!(
+                m.contains("o.npy") && m.contains("overflows"),
+                "{shape}: {m}"
+            );
         };
         match NpyHeader::parse(&std::fs::read(&p).unwrap()) {
             Err(Error::NpyHeader {
