@@ -1,6 +1,7 @@
 """loaderx.io: parallel loadtxt (fast_loadtxt's signature) and the .npy
 readers, checked against numpy's own loadtxt / load on the same files."""
 
+import errno
 import os
 
 import numpy as np
@@ -399,3 +400,19 @@ def test_a_shape_numpy_cannot_build_is_a_header_error_naming_the_file(tmp_path):
     for f in (npy_header, load_npy, lambda q: load_npy_prefix(q, 0)):
         with pytest.raises(ValueError, match=r"big\.npy.*overflows"):
             f(p)
+
+
+def test_npy_readers_on_a_directory_or_a_nul_path_raise_what_loadtxt_does(tmp_path):
+    # Regression: a directory gave a StoreIOError without errno (np.load and
+    # loaderx.io.loadtxt raise IsADirectoryError), and a NUL in the path
+    # made load_npy raise os.stat's bare "embedded null byte", naming no
+    # file, where npy_header named it.
+    from loaderx.io import load_npy, load_npy_prefix, loadtxt, npy_header
+    for f in (npy_header, load_npy, lambda p: load_npy_prefix(p, 0), loadtxt):
+        with pytest.raises(IsADirectoryError) as e:
+            f(tmp_path)
+        assert e.value.errno == errno.EISDIR and e.value.filename == str(tmp_path)
+    bad = str(tmp_path / "a\0b.npy")
+    for f in (npy_header, load_npy, lambda p: load_npy_prefix(p, 0)):
+        with pytest.raises(OSError, match=r"a\x00b\.npy: file name contained"):
+            f(bad)
