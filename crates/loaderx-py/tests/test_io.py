@@ -1,6 +1,7 @@
 """loaderx.io: parallel loadtxt (fast_loadtxt's signature) and the .npy
 readers, checked against numpy's own loadtxt / load on the same files."""
 
+import errno
 import os
 
 import numpy as np
@@ -376,3 +377,42 @@ except MemoryError as e:
                          env={**os.environ, "RAYON_NUM_THREADS": "1"})
     assert "MemoryError:" in out.stdout and "big.npy: cannot allocate 32.0 GiB" in out.stdout, \
         out.stdout + out.stderr
+
+
+def _npy_with_header(path, dict_text, payload=b""):
+    body = dict_text.encode("latin1")
+    body += b" " * ((-(10 + len(body) + 1)) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little")
+                     + body + payload)
+    return path
+
+
+def test_a_shape_numpy_cannot_build_is_a_header_error_naming_the_file(tmp_path):
+    # Regression: (0, 2**62, 4) has no elements, so the header passed, but
+    # NumPy cannot build the array: load_npy failed inside np.ndarray with
+    # "array is too big" and no file name, and npy_header called it valid.
+    from loaderx.io import load_npy, load_npy_prefix, npy_header
+    p = _npy_with_header(
+        tmp_path / "big.npy",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4611686018427387904, 4), }")
+    with pytest.raises(ValueError):
+        np.load(p)
+    for f in (npy_header, load_npy, lambda q: load_npy_prefix(q, 0)):
+        with pytest.raises(ValueError, match=r"big\.npy.*overflows"):
+            f(p)
+
+
+def test_npy_readers_on_a_directory_or_a_nul_path_raise_what_loadtxt_does(tmp_path):
+    # Regression: a directory gave a StoreIOError without errno (np.load and
+    # loaderx.io.loadtxt raise IsADirectoryError), and a NUL in the path
+    # made load_npy raise os.stat's bare "embedded null byte", naming no
+    # file, where npy_header named it.
+    from loaderx.io import load_npy, load_npy_prefix, loadtxt, npy_header
+    for f in (npy_header, load_npy, lambda p: load_npy_prefix(p, 0), loadtxt):
+        with pytest.raises(IsADirectoryError) as e:
+            f(tmp_path)
+        assert e.value.errno == errno.EISDIR and e.value.filename == str(tmp_path)
+    bad = str(tmp_path / "a\0b.npy")
+    for f in (npy_header, load_npy, lambda p: load_npy_prefix(p, 0)):
+        with pytest.raises(OSError, match=r"a\x00b\.npy: file name contained"):
+            f(bad)

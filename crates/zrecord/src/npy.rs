@@ -324,6 +324,16 @@ fn parse_header(path: &Path, bytes: &[u8], file_len: Option<u64>) -> Result<NpyH
         .checked_mul(dtype.itemsize() as u64)
         .filter(|&b| b <= isize::MAX as u64)
         .ok_or_else(overflow)?;
+    // NumPy's own rule, which a zero dimension does not waive: the nonzero
+    // dimensions times the item size must fit in `isize`. A shape such as
+    // (0, 2**62, 4) has no elements, yet NumPy cannot build it ("array is
+    // too big"), and neither can `ndarray`.
+    raw_dims
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(dtype.itemsize().max(1) as u64, |a, &d| a.checked_mul(d))
+        .filter(|&b| b <= isize::MAX as u64)
+        .ok_or_else(overflow)?;
     let shape: Vec<usize> = raw_dims
         .iter()
         .map(|&d| usize::try_from(d))

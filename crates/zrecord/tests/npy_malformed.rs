@@ -267,12 +267,57 @@ fn zero_width_and_zero_row_arrays_cost_nothing_the_file_does_not_back() {
     }
     for shape in ["(0, 3)", "(0, 1099511627776, 1099511627776)"] {
         let p = write_header_only(dir.path(), "e.npy", shape);
-        assert!(
-            npy::read_blocks::<f32>(&p, Parallelism::Auto)
-                .unwrap()
-                .is_empty()
-        );
-        // No panic on the overflowing trailing dims, whatever the verdict.
+        // No panic on the overflowing trailing dims: that shape is a header
+        // error (NumPy cannot allocate it either), (0, 3) no blocks.
+        match npy::read_blocks::<f32>(&p, Parallelism::Auto) {
+            Ok(blocks) => assert!(blocks.is_empty()),
+            Err(e) => assert!(e.to_string().contains("overflows"), "{e}"),
+        }
         let _ = npy::read_prefix::<f32>(&p, 0, None);
     }
+}
+
+/// Regression: a header whose nonzero dimensions overflow was accepted as
+/// long as a dimension before the overflow was 0 (element count 0),
+/// although NumPy refuses such a shape ("array is too big"): `npy_header`
+/// reported it as valid and Python's `load_npy` then failed inside NumPy
+/// with a message that named no file. The header reader now applies
+/// NumPy's rule: the nonzero dimensions times the item size must fit in
+/// `isize`.
+#[test]
+fn a_shape_numpy_cannot_allocate_is_refused_even_with_a_zero_dimension() {
+    use zrecord::npy::Parallelism;
+    let dir = tempfile::tempdir().unwrap();
+    for shape in [
+        "(5, 0, 4611686018427387904, 4)",
+        "(0, 4611686018427387904, 4)",
+        "(2305843009213693952, 0)",
+        "(0, 1099511627776, 1099511627776)",
+    ] {
+        let p = write_header_only(dir.path(), "o.npy", shape);
+        let named = |e: Error| {
+            let m = e.to_string();
+            assert!(
+                m.contains("o.npy") && m.contains("overflows"),
+                "{shape}: {m}"
+            );
+        };
+        match NpyHeader::parse(&std::fs::read(&p).unwrap()) {
+            Err(Error::NpyHeader {
+                problem: NpyHeaderProblem::ShapeOverflow(_),
+                ..
+            }) => {}
+            other => panic!("{shape}: {other:?}"),
+        }
+        named(npy::read_header(&p).unwrap_err());
+        named(npy::read::<f32>(&p).unwrap_err());
+        named(npy::read_untyped(&p).unwrap_err());
+        named(npy::read_prefix::<f32>(&p, 0, None).unwrap_err());
+        for par in [Parallelism::Sequential, Parallelism::Auto] {
+            named(npy::read_blocks::<f32>(&p, par).unwrap_err());
+        }
+    }
+    // The largest shapes NumPy allocates still parse.
+    let p = write_header_only(dir.path(), "ok.npy", "(0, 2305843009213693951)");
+    assert_eq!(npy::read_header(&p).unwrap().payload_bytes, 0);
 }

@@ -115,6 +115,11 @@ def loadtxt(filepath, comment="#", skip_rows=0, chunk_size=500, num_threads=0,
 
     Errors name the file, the line and the column, both counted from 1.
 
+    A regular file is memory-mapped while it is parsed: it must not be
+    truncated or rewritten until this returns. Truncating it mid-load kills
+    the process with SIGBUS (no exception can be raised instead); writing to
+    it may give wrong numbers.
+
     Raises:
         FileNotFoundError: no such file (a ``StoreNotFound``, with
             ``errno`` set).
@@ -171,9 +176,12 @@ def npy_header(path):
     Raises:
         FileNotFoundError: no such file (a ``StoreNotFound``, with
             ``errno`` set).
+        IsADirectoryError: the path is a directory.
         ValueError: the header is malformed.
     """
-    return _header(_native.npy_header(os.fsdecode(path)))
+    path = os.fsdecode(path)
+    _is_stream(path)  # a directory is an IsADirectoryError, as in np.load
+    return _header(_native.npy_header(path))
 
 
 def _header(h):
@@ -200,14 +208,17 @@ def _read(path, header, rows):
 
 
 def _is_stream(path):
-    """Whether ``path`` is something other than a regular file or a
-    directory (a pipe, FIFO or device), read by streaming, not by offset.
-    A path that cannot be stat'ed is left to the native reader's error."""
+    """Whether ``path`` is something other than a regular file (a pipe,
+    FIFO or device), read by streaming, not by offset. A directory is an
+    ``IsADirectoryError`` (what ``np.load`` raises); a path that cannot be
+    stat'ed is left to the native reader's error, which names it."""
     try:
         mode = os.stat(path).st_mode
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a .npy file", path)
+    return not stat.S_ISREG(mode)
 
 
 def _read_stream(path, rows):
@@ -242,6 +253,7 @@ def load_npy(path):
     Raises:
         FileNotFoundError: no such file (a ``StoreNotFound``, with
             ``errno`` set).
+        IsADirectoryError: the path is a directory.
         ValueError: the header is malformed or the payload is short.
     """
     path = os.fsdecode(path)
@@ -258,6 +270,7 @@ def load_npy_prefix(path, rows):
     A pipe or FIFO is read whole, then its first rows are returned.
 
     Raises:
+        IsADirectoryError: the path is a directory.
         TypeError: ``rows`` is not an integer.
         ValueError: ``rows`` exceeds the first dimension, the array is 0-d,
             or the file is Fortran-ordered (its rows are not contiguous).
