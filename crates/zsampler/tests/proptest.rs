@@ -56,3 +56,36 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Cyclic mode over any small `n` and batch (n = 1, n < B, n not a
+    /// multiple of B), at any cycle up to the last one steps can number,
+    /// sharded or not: the cycle's batches together hold each index at most
+    /// once, and exactly `n - n % B` of them (all `n` when n < B, per step).
+    #[test]
+    fn a_cyclic_cycle_is_a_permutation_minus_its_remainder(
+        n in 1u64..200, batch in 1usize..300, seed: u64, cycle_hint: u64, world in 1usize..=5,
+    ) {
+        let s = Sampler::new(n, batch, Mode::Cyclic, seed).unwrap();
+        let per_cycle = s.batches_per_cycle().unwrap();
+        let cycle = cycle_hint % (u64::MAX / per_cycle);
+        let world = world.min(s.global_batch_len());
+        let mut seen = HashSet::new();
+        for b in 0..per_cycle {
+            let step = cycle * per_cycle + b;
+            let mut joined = Vec::new();
+            for r in 0..world {
+                joined.extend(s.clone().sharded(r, world).unwrap().batch(step));
+            }
+            prop_assert_eq!(&joined, &s.batch(step));
+            for i in joined {
+                prop_assert!(i < n);
+                prop_assert!(seen.insert(i), "index {} twice in cycle {}", i, cycle);
+            }
+        }
+        let expect = if (n as u128) < batch as u128 { n } else { n - n % batch as u64 };
+        prop_assert_eq!(seen.len() as u64, expect);
+    }
+}
