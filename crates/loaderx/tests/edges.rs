@@ -12,20 +12,22 @@ use zsampler::Sampler;
 
 const N: u64 = 97;
 
-/// r[i]: f64 record of shape [i % 4 + 1], or a scalar when i % 5 == 0, or
-/// shape [2, 1] when i % 11 == 0; b[i]: u8 of shape [i % 3 + 1] (odd
+/// The shape of r[i]: [i % 4 + 1], or a scalar when i % 5 == 0, or [2, 1]
+/// when i % 11 == 0.
+fn shape_of(i: usize) -> Vec<usize> {
+    if i.is_multiple_of(11) {
+        vec![2, 1]
+    } else if i.is_multiple_of(5) {
+        vec![]
+    } else {
+        vec![i % 4 + 1]
+    }
+}
+
+/// r[i]: f64 record of shape [`shape_of`]`(i)` filled with i; b[i]: u8 of shape [i % 3 + 1] (odd
 /// lengths, so the f64 payloads of one batch do not all start 8-aligned
 /// unless the batch aligns them). y[i] = i.
 fn fixture(dir: &std::path::Path) -> Vec<(String, Stream)> {
-    let shape_of = |i: usize| -> Vec<usize> {
-        if i.is_multiple_of(11) {
-            vec![2, 1]
-        } else if i.is_multiple_of(5) {
-            vec![]
-        } else {
-            vec![i % 4 + 1]
-        }
-    };
     let r = RaggedStore::<f64>::create(dir.join("r"), &CreateOptions::new(Codec::Zstd)).unwrap();
     let recs: Vec<ArrayD<f64>> = (0..N as usize)
         .map(|i| ArrayD::from_shape_fn(IxDyn(&shape_of(i)), |_| i as f64))
@@ -53,13 +55,7 @@ fn check(batch: &Batch) {
     for (k, &i) in batch.indices().iter().enumerate() {
         let i = i as usize;
         assert_eq!(y[[k]], i as i64);
-        let want: Vec<usize> = if i.is_multiple_of(11) {
-            vec![2, 1]
-        } else if i.is_multiple_of(5) {
-            vec![]
-        } else {
-            vec![i % 4 + 1]
-        };
+        let want = shape_of(i);
         assert_eq!(r[k].shape(), want.as_slice(), "record {i}");
         assert!(r[k].iter().all(|&v| v == i as f64), "record {i}");
         assert_eq!(b[k].shape(), &[i % 3 + 1]);
