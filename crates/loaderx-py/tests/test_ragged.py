@@ -1,6 +1,8 @@
 """RaggedStore public behaviour: exact per-record shapes (scalars included),
 bytes records, validation, maintenance. Guards the ragged contract."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -204,3 +206,106 @@ def test_gather_packed_structured_and_bytes_records():
         rs.append([b"hello", b"", b"!"] [::2])
         values, offsets, _ = rs.gather_packed([0, 1])
         assert values.tobytes() == b"hello!" and list(offsets) == [0, 5, 6]
+
+
+def _same_record(got, want):
+    """Record equality field by field (a padded dtype's filler bytes are
+    not data: a copy of a non-contiguous record need not keep them)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if got.dtype.names:
+        for f in got.dtype.names:
+            _same_record(got[f], want[f])
+    else:
+        assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def test_non_contiguous_records_and_every_index_form():
+    # Records given as views (Fortran order, negative and 2-step strides,
+    # a 0-d slice of a structured array) are stored in C order with their
+    # shapes; every index form reads the same bytes back.
+    base = np.arange(60, dtype=">i4").reshape(5, 12)
+    recs = [base[:, ::2], base[::-1, 3], np.asfortranarray(base[:3, :4]),
+            base[2:3, 5].reshape(()), base[1:2, ::-5], base.T[::3]]
+    with RaggedStore("r", ">i4") as rs:
+        rs.append(recs)
+        n = len(recs)
+        forms = {
+            "np int scalar": (np.uint8(2), [2]),
+            "negative": (-1, [n - 1]),
+            "step slice": (slice(None, None, -2), list(range(n))[::-2]),
+            "offset step": (slice(1, None, 3), [1, 4]),
+            "int8 array": (np.array([0, -1, 3], np.int8), [0, n - 1, 3]),
+            "uint16 array": (np.array([5, 0], np.uint16), [5, 0]),
+            "big-endian array": (np.array([4, 1], ">i8"), [4, 1]),
+            "strided array": (np.arange(12)[::-4] % n, [5, 1, 3]),
+            "bool mask": (np.arange(n) % 2 == 1, [1, 3, 5]),
+            "list with numpy ints": ([np.int64(3), 2], [3, 2]),
+            "tuple": ((0, 5, 0), [0, 5, 0]),
+        }
+        for name, (idx, want) in forms.items():
+            got = [rs[idx]] if isinstance(idx, (int, np.integer)) else rs[idx]
+            assert len(got) == len(want), name
+            for g, k in zip(got, want):
+                assert g.flags.c_contiguous and g.flags.aligned, name
+                _same_record(g, recs[k])
+
+
+def test_a_batch_with_a_record_of_another_dtype_appends_nothing():
+    with RaggedStore("r", np.float32) as rs:
+        with pytest.raises(ValueError):
+            rs.append([np.ones(2, np.float32), np.ones(2, np.float64)])
+        with pytest.raises(ValueError):
+            rs.append([np.ones(2, np.float32), np.ones(2, ">f4")])
+        assert len(rs) == 0
+        assert rs.append([np.ones(2, np.float32), np.float32(3)]) == 0
+        assert [r.shape for r in rs[:]] == [(2,), ()]
+
+
+def test_very_many_tiny_records():
+    vals = np.arange(30_000, dtype=np.uint32) * 2654435761 % 251
+    with RaggedStore("t", np.uint8) as rs:
+        assert rs.append(v.astype(np.uint8) for v in vals) == 0
+        assert rs.append([b"x"] * 1000) == 30_000
+        assert len(rs) == 31_000
+        got = rs[::7]
+        assert all(g.shape == () for g in got[:-143])
+        np.testing.assert_array_equal([int(g) for g in got[:-143]], vals[::7][:len(got) - 143])
+        assert [g.tobytes() for g in rs[-3:]] == [b"x"] * 3
+        idx = np.random.default_rng(1).integers(-31_000, 30_000, 5000)
+        every = np.concatenate([vals, np.full(1000, ord("x"))])
+        np.testing.assert_array_equal([int(g[0] if g.ndim else g) for g in rs[idx]], every[idx])
+
+
+@ours_only
+@pytest.mark.parametrize("dtype", [
+    np.dtype("u1"), np.dtype(">i2"), np.dtype("<c16"), np.dtype("?"),
+    np.dtype([("a", "u1"), ("b", ">f8")]),
+    np.dtype([("a", "u1"), ("b", "<i4")], align=True),
+])
+def test_gather_and_gather_packed_read_every_record_exactly(dtype):
+    # The native gather copies a batch's payloads, which now start 64-byte
+    # aligned inside its buffer, into NumPy memory: every record, every
+    # index form, both the list of views and the packed form, must be the
+    # bytes appended, at offsets counted from the payloads' start.
+    rng = np.random.default_rng(dtype.itemsize)
+    recs = []
+    for k in range(700):
+        shape = tuple(int(d) for d in rng.integers(1, 5, size=k % 4))
+        raw = rng.integers(0, 256, math.prod(shape) * dtype.itemsize, dtype=np.uint8)
+        recs.append(raw.view(dtype).reshape(shape))
+    with RaggedStore("p", dtype, codec="zstd") as rs:
+        for lo in range(0, 700, 97):
+            rs.append(recs[lo:lo + 97])
+        for idx in (slice(None), slice(None, None, -3), 17, np.int8(-5),
+                    rng.integers(-700, 700, 3000), rng.random(700) < .1, [699, 0, 699]):
+            want = [int(idx) % 700] if isinstance(idx, (int, np.integer)) else \
+                np.arange(700)[idx].tolist()
+            got = [rs[idx]] if isinstance(idx, (int, np.integer)) else rs[idx]
+            values, offsets, shapes = rs.gather_packed(idx)
+            assert values.dtype == dtype and values.flags.c_contiguous and values.flags.owndata
+            assert offsets[0] == 0 and offsets[-1] == len(values) and len(offsets) == len(want) + 1
+            assert shapes == [recs[k].shape for k in want]
+            for j, (g, k) in enumerate(zip(got, want)):
+                assert g.flags.aligned
+                _same_record(g, recs[k])
+                _same_record(values[offsets[j]:offsets[j + 1]].reshape(shapes[j]), recs[k])

@@ -5,7 +5,7 @@ import pytest
 
 from loaderx.zsampler import Sampler
 
-from conftest import ours_only
+from conftest import OURS, ours_only
 
 
 def test_modes_exist():
@@ -202,3 +202,61 @@ def test_small_batches_match_zsampler_golden_vectors():
     assert Sampler(1_000_003, 8, 2, seed=42).batch_at(999_999).tolist() == [
         638928, 319559, 321613, 768831, 302249, 160200, 214596, 340556]
     assert Sampler(10, 4, 2, seed=42).next().tolist() == [9, 0, 8, 1]
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("length,batch", [
+    (1, 1), (3, 5), (7, 7), (10, 3), (1000, 4097),
+    # loaderx 1.7.2 dies of SIGFPE drawing from this length
+    pytest.param(2**64 - 1, 33, marks=ours_only),
+])
+def test_every_element_of_a_batch_is_written(mode, length, batch):
+    # Batches are filled into uninitialised NumPy memory: poison the
+    # allocator with arrays of the same size first, so an element left
+    # unwritten (a short cyclic batch, batch_size > length, the lanes past
+    # a 16-lane block) would likely show as 2**64 - 1, never a valid index;
+    # check the count, and the values or distinctness where the mode fixes
+    # them.
+    s = Sampler(length, batch, mode, seed=9)
+    want_len = min(length, batch) if mode == Sampler.Mode.CYCLIC else batch
+    # (loaderx 1.7.2 seeks some streams in O(step): a far step only here)
+    for step in (0, 1, 2, 5) + ((2**40,) if OURS else ()):
+        junk = [np.full(want_len, 2**64 - 1, np.uint64) for _ in range(4)]
+        del junk
+        s.seek(step)
+        a = s.next()
+        assert a.dtype == np.uint64 and a.shape == (want_len,)
+        assert a.flags.c_contiguous and a.flags.owndata and a.flags.writeable
+        assert a.base is None
+        assert int(a.max()) < length
+        if mode == Sampler.Mode.SEQUENTIAL and step * batch < 2**64:
+            assert a.tolist() == [(step * batch + j) % length for j in range(batch)]
+        if mode == Sampler.Mode.CYCLIC:
+            assert len(np.unique(a)) == want_len
+
+
+def test_numpy_integers_and_bools_as_arguments():
+    ref = Sampler(10, 4, 1, 3)
+    ref.seek(2)
+    want = ref.next()
+    s = Sampler(np.int64(10), np.uint32(4), np.uint8(Sampler.Mode.IID), np.int16(3))
+    s.seek(np.uint64(2))
+    np.testing.assert_array_equal(s.next(), want)
+    # A bool mode or seed is 0 or 1 (the C conversion takes it), Python's or
+    # NumPy's.
+    np.testing.assert_array_equal(Sampler(10, 4, np.True_, True).next(), Sampler(10, 4, 1, 1).next())
+    np.testing.assert_array_equal(Sampler(10, 4, False).next(), [0, 1, 2, 3])
+    for bad in (4.0, np.float64(4), "4", None):
+        with pytest.raises(TypeError):
+            Sampler(10, bad, 0)
+        with pytest.raises(TypeError):
+            Sampler(10, 4, 0).seek(bad)
+    for bad in (-1, 2**64, np.int64(-1)):
+        with pytest.raises(OverflowError):
+            Sampler(bad, 4, 0)
+        with pytest.raises(OverflowError):
+            Sampler(10, 4, 0).seek(bad)
+    with pytest.raises(OverflowError):
+        Sampler(10, 4, 256)
+    # Seeking to the last step is allowed; keyword names are the reference's.
+    Sampler(length=10, batch_size=4, mode=0, seed=1).seek(step=2**64 - 1)
