@@ -470,6 +470,14 @@ class _Pipeline:
 
 
 class DataLoader:
+    """Endless shuffled batches from named stores, prefetched by threads.
+
+    ``for batch in DataLoader({"image": images, "label": labels}): ...``
+    yields ``transform({name: values})`` forever; stop with ``close()`` or a
+    ``with`` block. The arguments are described under ``__init__``; the
+    module's docstring says how the pipeline runs.
+    """
+
     def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=4,
                  mode=2, seed=42, transform=_identity, *, rank=None, world=None,
                  start_step=0, ordered=True, allocate=None, packed=()):
