@@ -56,7 +56,7 @@ def _flipping(good, bad):
     return idx, stop, t
 
 
-def _hammer(call, check, good, bad, seconds=1.5, readers=3):
+def _hammer(call, check, good, bad, seconds=0.75, readers=3):
     """Runs `call(idx)` from `readers` threads for `seconds` while `idx`
     flips between `good` and `bad`; each result must pass `check`, each
     failure must be an IndexError. Returns (successes, index errors)."""
@@ -179,3 +179,17 @@ def test_delete_of_a_flipping_index_array(kind):
             stop.set()
             flipper.join()
             s.close()
+
+
+def test_index_normalisation_never_hands_on_the_callers_array():
+    """What the native store reads detached is a copy the checks ran on:
+    `_idxs` returns a new array for every index array, long or short,
+    uint64 already in range included (it was returned as it was)."""
+    with DenseStore("d", np.uint8, (1,)) as ds:
+        ds.append(np.zeros((10, 1), np.uint8))
+        for n in (5, 3000):  # the native check, and NumPy's for long ones
+            for dtype in (np.uint64, np.int64, np.uint32):
+                idx = (np.arange(n) % 10).astype(dtype)
+                got = ds._idxs(idx)
+                assert not np.shares_memory(got, idx), (n, dtype)
+                np.testing.assert_array_equal(got, np.arange(n) % 10)
