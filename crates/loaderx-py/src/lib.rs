@@ -453,6 +453,18 @@ fn close_handle<T: Send + Sync>(
     .or_py(py)
 }
 
+/// The indices in `idxs`, copied out of the array before the GIL is
+/// released: another Python thread may rewrite an array in place while a
+/// detached call works (and, on a free-threaded build, even while it is
+/// attached), so the store's range check and its reads must see one copy,
+/// not two reads of memory that may change in between. (A ragged gather
+/// checked an index, then doubled a rewritten `2**63 + j`: an overflow
+/// panic in debug builds, record `j` in release ones.) 8 bytes per index,
+/// nothing next to the records they fetch.
+fn owned_indices(idxs: &PyReadonlyArray1<'_, u64>) -> PyResult<Vec<u64>> {
+    Ok(idxs.as_slice()?.to_vec())
+}
+
 // ---------------------------------------------------------------------------
 // dense
 
@@ -639,7 +651,7 @@ impl PyDenseCore {
         idxs: PyReadonlyArray1<'py, u64>,
         dtype: Bound<'py, PyArrayDescr>,
     ) -> PyResult<Bound<'py, numpy::PyUntypedArray>> {
-        self.read_new(py, idxs.as_slice()?, true, dtype)
+        self.read_new(py, &owned_indices(&idxs)?, true, dtype)
     }
 
     /// Gathers the records at `idxs` into `out`, a caller's flat `uint8`
@@ -652,9 +664,9 @@ impl PyDenseCore {
         idxs: PyReadonlyArray1<'_, u64>,
         mut out: PyReadwriteArray1<'_, u8>,
     ) -> PyResult<()> {
-        let idxs = idxs.as_slice()?;
+        let idxs = owned_indices(&idxs)?;
         let dst = out.as_slice_mut()?;
-        read_detached(py, &self.core, |c| c.gather_bytes_into(idxs, dst))
+        read_detached(py, &self.core, |c| c.gather_bytes_into(&idxs, dst))
     }
 
     /// Gathers the records at `idxs` into a pooled region (GIL released)
@@ -665,7 +677,7 @@ impl PyDenseCore {
         py: Python<'py>,
         idxs: PyReadonlyArray1<'py, u64>,
     ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        let idxs = idxs.as_slice()?;
+        let idxs = &owned_indices(&idxs)?[..];
         let lock = &self.core;
         let filled = py.detach(|| {
             let g = lock.read().unwrap_or_else(|p| p.into_inner());
@@ -706,8 +718,8 @@ impl PyDenseCore {
     }
 
     fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
-        let idxs = idxs.as_slice()?;
-        write_detached(py, &self.core, |c| c.delete(idxs))
+        let idxs = owned_indices(&idxs)?;
+        write_detached(py, &self.core, |c| c.delete(&idxs))
     }
 
     fn compact(&self, py: Python<'_>) -> PyResult<()> {
@@ -1004,9 +1016,9 @@ impl PyRaggedCore {
         idxs: PyReadonlyArray1<'py, u64>,
         dtype: Bound<'py, PyArrayDescr>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let idxs = idxs.as_slice()?;
-        let (batch, path) = self.gather_batch(py, idxs)?;
-        ragged_views(py, &batch, &dtype, idxs, &path)
+        let idxs = owned_indices(&idxs)?;
+        let (batch, path) = self.gather_batch(py, &idxs)?;
+        ragged_views(py, &batch, &dtype, &idxs, &path)
     }
 
     /// Gathers the records at `idxs` (GIL released) packed:
@@ -1026,7 +1038,7 @@ impl PyRaggedCore {
     )> {
         plain_bytes_dtype(&dtype)?;
         let itemsize = dtype.itemsize();
-        let idxs = idxs.as_slice()?;
+        let idxs = &owned_indices(&idxs)?[..];
         let (batch, path) = self.gather_batch(py, idxs)?;
         let n = batch.len();
         if n != idxs.len() {
@@ -1082,8 +1094,8 @@ impl PyRaggedCore {
     }
 
     fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
-        let idxs = idxs.as_slice()?;
-        write_detached(py, &self.core, |c| c.delete(idxs))
+        let idxs = owned_indices(&idxs)?;
+        write_detached(py, &self.core, |c| c.delete(&idxs))
     }
 
     fn compact(&self, py: Python<'_>) -> PyResult<()> {
@@ -1123,7 +1135,11 @@ fn probe(py: Python<'_>, path: PathBuf) -> PyResult<Option<&'static str>> {
 }
 
 /// Trains a zstd dictionary of at most `target` bytes on `samples`, cut
-/// into records by `sizes`.
+/// into records by `sizes`. Both are copied before the GIL is released
+/// (the training takes seconds; the copy of a tier's sample budget,
+/// at most 64 MiB, milliseconds): `loaderx.utils.train_dict` passes a
+/// fresh sample, but a caller's array rewritten mid-training would hand
+/// zstd's trainer bytes that change under it.
 #[pyfunction]
 fn train_dict<'py>(
     py: Python<'py>,
@@ -1131,7 +1147,7 @@ fn train_dict<'py>(
     sizes: PyReadonlyArray1<'py, u64>,
     target: usize,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let data = samples.as_slice()?;
+    let data = samples.as_slice()?.to_vec();
     let sizes: Vec<usize> = sizes.as_slice()?.iter().map(|&s| s as usize).collect();
     if sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s)) != Some(data.len()) {
         return Err(PyValueError::new_err(
@@ -1142,7 +1158,7 @@ fn train_dict<'py>(
         return Err(PyValueError::new_err("dictionary target must be positive"));
     }
     let dict = py
-        .detach(|| zrecord_engine::train_dictionary(data, &sizes, target))
+        .detach(|| zrecord_engine::train_dictionary(&data, &sizes, target))
         .map_err(|e| zerr(py, "DictTrainingError", chain(&e)))?;
     Ok(PyBytes::new(py, &dict))
 }
@@ -1454,15 +1470,19 @@ impl PySampler {
 
 /// The record positions named by a 1-D, C-contiguous, aligned `int64` or
 /// `uint64` index array over `n` records (negative ones counting from the
-/// end); an index out of range is `IndexOutOfRange` naming the store, the
-/// lowest such negative index or else the highest index, and `n`. A
-/// `uint64` array in range is returned as it is (what a sampler draws); an
-/// `int64` one becomes a new `uint64` array. Branch-free passes over
-/// slices, where NumPy's `min`, `max`, `where` and a cast cost a few
-/// microseconds each on the short lists a map-style `Dataset` gathers; the
-/// Python caller sends only short arrays (on baseline x86-64 these 64-bit
-/// compares do not vectorise, and NumPy's run-time-picked ones win on long
-/// arrays). Any other layout is a `TypeError` (the caller makes one first).
+/// end), as a new `uint64` array; an index out of range is
+/// `IndexOutOfRange` naming the store, the lowest such negative index or
+/// else the highest index, and `n`. Each index is read once, in the pass
+/// that copies it: the copy is what was checked, and what the store then
+/// reads, even if another thread rewrites the caller's array meanwhile
+/// (the array was handed on as it was: a `uint64` one rewritten between
+/// this check and the gather reached the store unchecked). Branch-free
+/// passes over slices, where NumPy's `min`, `max`, `where` and a cast cost
+/// a few microseconds each on the short lists a map-style `Dataset`
+/// gathers; the Python caller sends only short arrays (on baseline x86-64
+/// these 64-bit compares do not vectorise, and NumPy's run-time-picked ones
+/// win on long arrays). Any other layout is a `TypeError` (the caller makes
+/// one first).
 #[pyfunction]
 fn positions<'py>(
     py: Python<'py>,
@@ -1477,48 +1497,77 @@ fn positions<'py>(
             format!("{path}: index {i} is out of range for {n} records"),
         )
     };
-    // The checks are branch-free folds (an OR of compares); the offending
-    // value is looked for only on error.
-    if let Ok(a) = idxs.cast::<numpy::PyArray1<u64>>() {
-        let bad = {
-            let r = a.readonly();
-            let s = r.as_slice()?;
-            s.iter()
-                .fold(false, |acc, &i| acc | (i >= n))
-                .then(|| s.iter().copied().max())
-        };
-        if let Some(Some(hi)) = bad {
-            return Err(out_of_range(i128::from(hi)));
-        }
-        return Ok(a.clone());
+    enum Src<'py> {
+        Unsigned(PyReadonlyArray1<'py, u64>),
+        Signed(PyReadonlyArray1<'py, i64>),
     }
-    let r = idxs.cast::<numpy::PyArray1<i64>>()?.readonly();
-    let a = r.as_slice()?;
+    let src = match idxs.cast::<numpy::PyArray1<u64>>() {
+        Ok(a) => Src::Unsigned(a.readonly()),
+        Err(_) => Src::Signed(idxs.cast::<numpy::PyArray1<i64>>()?.readonly()),
+    };
+    // One of the two is empty.
+    let (unsigned, signed): (&[u64], &[i64]) = match &src {
+        Src::Unsigned(r) => (r.as_slice()?, &[]),
+        Src::Signed(r) => (&[], r.as_slice()?),
+    };
+    let len = unsigned.len() + signed.len();
     // Past i64::MAX records, every i64 is in range (from the end or not).
-    if let Ok(m) = i64::try_from(n)
-        && a.iter().fold(false, |acc, &i| acc | (i >= m) | (i < -m))
-    {
-        let lo = a.iter().copied().min().unwrap_or(0);
-        let bad = if lo < -m {
-            lo
-        } else {
-            a.iter().copied().max().unwrap_or(0)
-        };
-        return Err(out_of_range(i128::from(bad)));
-    }
-    // SAFETY: the loop writes every element: `out` has `a.len()` of them
-    // and the zip runs over all of `a`.
-    let ((), out) = unsafe {
-        filled_array1::<u64, _>(py, a.len(), |out| {
-            // In range (checked above): a negative `i` is at least `-n`, so
-            // `n + i` (wrapping in u64) is a position in `0..n`; the sign
-            // mask adds `n` only to those, without a branch.
-            for (o, &i) in out.iter_mut().zip(a) {
-                o.write((i as u64).wrapping_add(n & ((i >> 63) as u64)));
+    let m = i64::try_from(n).ok();
+    // SAFETY: on `Ok` every element is written: `out` has `len` of them,
+    // one of the two source slices holds `len` and the other none, and the
+    // loop over the non-empty one zips over all of them.
+    let (bad, out) = unsafe {
+        filled_array1::<u64, _>(py, len, |out| {
+            // The checks are branch-free folds (an OR of compares) over the
+            // values as they are copied; the offending one is looked for in
+            // the copy, only on error.
+            let mut bad = false;
+            if !unsigned.is_empty() {
+                for (o, &i) in out.iter_mut().zip(unsigned) {
+                    o.write(i);
+                    bad |= i >= n;
+                }
+            } else if let Some(m) = m {
+                // The bits as they are: a negative index is mapped after
+                // the check, in the copy.
+                for (o, &i) in out.iter_mut().zip(signed) {
+                    o.write(i as u64);
+                    bad |= (i >= m) | (i < -m);
+                }
+            } else {
+                for (o, &i) in out.iter_mut().zip(signed) {
+                    o.write(i as u64);
+                }
             }
-            Ok(())
+            Ok(bad)
         })
     }?;
+    let mut rw = out.readwrite();
+    let copy = rw.as_slice_mut()?;
+    if let Src::Signed(_) = src {
+        // The copy holds the caller's i64s, bit for bit.
+        let as_i64 = |v: &u64| *v as i64;
+        if bad {
+            let m = m.unwrap_or(i64::MAX);
+            let lo = copy.iter().map(as_i64).min().unwrap_or(0);
+            let bad = if lo < -m {
+                lo
+            } else {
+                copy.iter().map(as_i64).max().unwrap_or(0)
+            };
+            return Err(out_of_range(i128::from(bad)));
+        }
+        // In range (checked above): a negative `i` is at least `-n`, so
+        // `n + i` (wrapping in u64) is a position in `0..n`; the sign mask
+        // adds `n` only to those, without a branch.
+        for v in copy.iter_mut() {
+            *v = v.wrapping_add(n & ((as_i64(v) >> 63) as u64));
+        }
+    } else if bad {
+        let hi = copy.iter().copied().max().unwrap_or(0);
+        return Err(out_of_range(i128::from(hi)));
+    }
+    drop(rw);
     Ok(out)
 }
 

@@ -95,6 +95,63 @@ def test_padded_structured_dtype_reopens_equal_to_itself():
         assert len(ds) == 3
 
 
+PADDED = np.dtype([("a", "u1"), ("b", "<i8"), ("c", "<f4"),
+                   ("inner", [("x", "u1"), ("y", "<i4")], (2,))], align=True)
+
+
+def _padding_mask(dt):
+    """True at the bytes of a `dt` item that no field covers."""
+    pad = np.ones(dt.itemsize, bool)
+
+    def cover(d, at):
+        if d.subdtype is not None:
+            base, shape = d.subdtype
+            for k in range(int(np.prod(shape))):
+                cover(base, at + k * base.itemsize)
+        elif d.names is not None:
+            for name in d.names:
+                cover(d.fields[name][0], at + d.fields[name][1])
+        else:
+            pad[at:at + d.itemsize] = False
+
+    cover(dt, 0)
+    return pad
+
+
+@ours_only
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_padding_of_a_non_contiguous_structured_append_is_zeroed(kind):
+    """Regression: a padded structured record appended from a
+    non-contiguous view was copied to C order field by field by NumPy,
+    leaving the padding bytes as the allocator gave them, and those
+    reached the store's files (so did loaderx 1.7.2's); they are zeros now.
+    The allocator is first handed blocks of 0xAB, so stale bytes show."""
+    dt = PADDED
+    pad = _padding_mask(dt)
+    assert pad.any() and not pad.all()
+    src = np.zeros(16, dt)
+    for name in ("a", "b", "c"):
+        src[name] = np.arange(16) + 1
+    src["inner"]["x"], src["inner"]["y"] = 7, -3
+    view = src[::2]  # 8 records, not contiguous
+    for _ in range(50):  # stale bytes in the freed blocks NumPy reuses
+        np.full(8 * dt.itemsize, 0xAB, np.uint8)
+    if kind == "dense":
+        with DenseStore("s", dt, ()) as s:
+            s.append(view)
+            got = s[:]
+    else:
+        with RaggedStore("s", dt) as s:
+            s.append([view, src.reshape(4, 4)[:, ::2]])
+            # Raw bytes: concatenating the arrays would copy field by field.
+            got = np.frombuffer(b"".join(r.tobytes() for r in s[:]), dtype=dt)
+    for name in ("a", "b", "c"):
+        np.testing.assert_array_equal(got[name][:8], view[name])
+    np.testing.assert_array_equal(got["inner"]["y"][:8], view["inner"]["y"])
+    items = got.view(np.uint8).reshape(len(got), dt.itemsize)
+    assert not items[:, pad].any(), items[:, pad]
+
+
 def test_open_validates_explicit_arguments():
     with DenseStore("d", np.uint8, (4,), codec="raw") as ds:
         ds.append(np.zeros((2, 4), np.uint8))
@@ -611,3 +668,73 @@ def test_gather_into_large_batches_and_odd_arrays(tmp_path):
         mm.flush()
         np.testing.assert_array_equal(np.fromfile(tmp_path / "out.bin", np.int32).reshape(3, 2),
                                       small[[4, 0, 4]])
+
+
+# A boolean mask of any rank whose size is the store's length selects the
+# records where it is True in C order, flattened (as loaderx 1.7.2 does).
+_MASK = np.array([[True, False, True], [False, False, True]])
+_ND_MASKS = {
+    "2-D": (_MASK, [0, 2, 5]),
+    "transposed": (_MASK.T, [0, 4, 5]),  # C order of the view, not memory
+    "Fortran": (np.asfortranarray(_MASK), [0, 2, 5]),
+    "3-D": (_MASK.reshape(1, 6, 1), [0, 2, 5]),
+    "all False": (np.zeros((3, 2), bool), []),
+    "nested list": (_MASK.tolist(), [0, 2, 5]),
+}
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+@pytest.mark.parametrize("name", list(_ND_MASKS))
+def test_nd_boolean_mask_of_the_store_size_is_flattened(kind, name):
+    mask, want = _ND_MASKS[name]
+    if kind == "dense":
+        data = np.arange(12, dtype=np.float32).reshape(6, 2)
+        with DenseStore("d", data.dtype, (2,)) as s:
+            s.append(data)
+            got = s[mask]
+            assert got.shape == (len(want), 2)
+            np.testing.assert_array_equal(got, data[want])
+            s.delete(mask)
+            np.testing.assert_array_equal(
+                np.sort(s[:], axis=0), np.delete(data, want, axis=0))
+    else:
+        recs = [np.arange(k + 1, dtype=np.int16) for k in range(6)]
+        with RaggedStore("r", np.int16) as s:
+            s.append(recs)
+            assert [g.tolist() for g in s[mask]] == [recs[k].tolist() for k in want]
+            s.delete(mask)
+            left = sorted(len(g) for g in s[:])
+            assert left == sorted(len(recs[k]) for k in range(6) if k not in want)
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_nd_boolean_mask_past_the_end_is_out_of_range(kind):
+    """A True past the last record: loaderx 1.7.2's ZrecordError, code -3
+    (here IndexOutOfRange, also an IndexError)."""
+    with (DenseStore("d", np.uint8, (1,)) if kind == "dense"
+          else RaggedStore("r", np.uint8)) as s:
+        s.append(np.zeros((6, 1), np.uint8))
+        for mask in (np.ones((3, 3), bool), np.ones((7,), bool)):
+            with pytest.raises(ZrecordError) as info:
+                s[mask]
+            assert info.value.code == -3
+        assert len(s) == 6
+
+
+@ours_only
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_boolean_mask_of_another_size_is_refused(kind):
+    """Stricter than loaderx 1.7.2, which takes a mask of another size as
+    far as it goes (a (2, 2) or (5,) mask over 6 records selects among the
+    first 4 or 5): any rank, IndexOutOfRange naming the shape."""
+    from loaderx.zrecord import IndexOutOfRange
+    with (DenseStore("d", np.uint8, (1,)) if kind == "dense"
+          else RaggedStore("r", np.uint8)) as s:
+        s.append(np.zeros((6, 1), np.uint8))
+        for mask in (np.ones((2, 2), bool), np.ones((5,), bool), np.zeros((3, 3), bool),
+                     np.array([True] + [False] * 6), np.bool_(True)):
+            with pytest.raises(IndexOutOfRange, match=r"boolean mask of shape"):
+                s[mask]
+            with pytest.raises(IndexError):
+                s.delete(mask)
+        assert len(s) == 6

@@ -33,6 +33,7 @@ may still read through the handle): close and reopen the store to compact.
 
 from pathlib import Path
 import ast
+import functools
 import math
 import operator
 
@@ -167,6 +168,45 @@ def _check_dtype(dtype):
             f"{dtype} is a subarray dtype: store its base dtype {base.str!r} and put "
             f"{shape} in the record shape (item_shape, or each ragged record's shape)",
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _has_padding(dtype):
+    """Whether some byte of a ``dtype`` item belongs to no field (an
+    ``align=True`` or offset-spaced structure, at any depth)."""
+    if dtype.names is None and dtype.subdtype is None:
+        return False
+    covered = bytearray(dtype.itemsize)
+
+    def mark(dt, at):
+        if dt.subdtype is not None and dt.subdtype[0].names is not None:
+            base, shape = dt.subdtype
+            for k in range(math.prod(shape)):
+                mark(base, at + k * base.itemsize)
+        elif dt.names is not None:
+            for name in dt.names:
+                sub, off = dt.fields[name][:2]
+                mark(sub, at + off)
+        else:
+            covered[at:at + dt.itemsize] = b"\x01" * dt.itemsize
+
+    mark(dtype, 0)
+    return not all(covered)
+
+
+def _c_order(a):
+    """``a`` in C order. A copy of a non-contiguous array of a padded
+    structured dtype is made field by field into a zeroed array, so its
+    padding bytes are zeros: NumPy's own copy (``ascontiguousarray``)
+    copies only the fields and leaves the padding as the allocator gave
+    it, which then reached the store's files (as in loaderx 1.7.2), making
+    them differ from run to run. A contiguous array is stored as it is,
+    its padding bytes included."""
+    if a.flags.c_contiguous or not _has_padding(a.dtype):
+        return np.ascontiguousarray(a)
+    out = np.zeros(a.shape, a.dtype)
+    out[...] = a
+    return out
 
 
 class InvalidIndex(TypeError, IndexError):
@@ -413,7 +453,12 @@ class _Base:
 
     def _idxs(self, idx):
         """Normalize a scalar, slice, index container or bool mask to a
-        C-contiguous uint64 array of in-range indices (negatives wrap)."""
+        C-contiguous uint64 array of in-range indices (negatives wrap).
+
+        The array is always a new one, never the caller's: the native
+        store reads it with the GIL released, and another thread may
+        rewrite the caller's array meanwhile, so the indices checked here
+        are a copy nobody else can change before the read."""
         if isinstance(idx, (int, np.integer)):
             return np.array([self._one(idx)], dtype=np.uint64)
         n = len(self)
@@ -433,10 +478,16 @@ class _Base:
             )
         idxs = np.asarray(idx)
         if idxs.dtype == np.bool_:
-            if idxs.ndim != 1 or idxs.shape[0] != n:
-                raise IndexError(
-                    f"boolean mask of shape {idxs.shape} does not match "
-                    f"{n} records"
+            # A mask of any rank whose size is the store's selects in C
+            # order, flattened (as loaderx 1.7.2 does, and as for an N-D
+            # integer array). Of another size (which the reference took
+            # as far as it went, refusing a True past the end) or 0-d, it
+            # is refused, as the reference's refusal is: IndexOutOfRange.
+            if idxs.ndim == 0 or idxs.size != n:
+                raise IndexOutOfRange(
+                    None,
+                    f"{self.path}: boolean mask of shape {idxs.shape} "
+                    f"({idxs.size} entries) does not match {n} records",
                 )
             return np.flatnonzero(idxs).astype(np.uint64)
         if idxs.size == 0:
@@ -460,7 +511,10 @@ class _Base:
             # pass: NumPy's per-call cost dominates on short index lists.
             return _native.positions(idxs, n, str(self.path))
         # Long ones: NumPy's reductions use the CPU's vector units (picked
-        # at run time; the wheel is built for baseline x86-64).
+        # at run time; the wheel is built for baseline x86-64), over a copy
+        # (see the docstring; `require` above returns the caller's array
+        # when it already has the layout).
+        idxs = idxs.copy()
         if idxs.dtype.kind == "i":
             lo = int(idxs.min())
             if lo < 0:
@@ -542,7 +596,7 @@ class DenseStore(_Base):
             )
         if len(batch) == 0:
             raise ValueError("append needs at least one record")
-        return np.ascontiguousarray(batch)
+        return _c_order(batch)
 
     def append(self, records):
         """Append one ``(batch, *item_shape)`` array; returns the first new
@@ -550,7 +604,14 @@ class DenseStore(_Base):
 
         Each call is one commit, durable at the next ``sync()`` or ``close()``
         (with ``durability="each_append"``, on return, at three disk flushes
-        per call)."""
+        per call).
+
+        A C-contiguous array is read in place, not copied, while the GIL is
+        released: if another thread writes into it during the call, the
+        appended records may hold a mix of its old and new bytes (each still
+        a record of the right size that reads back; no other record and
+        nothing of the store is affected). Do not write into an array while
+        it is being appended."""
         core = self._open()
         src = self._prepare_dense(records)
         return core.append(src.reshape(-1).view(np.uint8))
@@ -652,7 +713,7 @@ class RaggedStore(_Base):
                         f"{self.path}: record {k} of the batch has dtype {a.dtype}, the store holds {self.dtype}"
                     )
                 shape = a.shape
-                b = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+                b = _c_order(a).reshape(-1).view(np.uint8)
             n = b.nbytes
             if n == 0:
                 raise ValueError(
