@@ -391,6 +391,7 @@ impl<'a> LitParser<'a> {
         }
     }
 
+    #[cfg(test)]
     fn parse_all(self) -> PResult<Lit> {
         self.parse_header_literal().map(|(v, _)| v)
     }

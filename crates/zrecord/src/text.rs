@@ -12,14 +12,19 @@
 //! short decimals by exact fast paths that give the same bits (on x86-64
 //! CPUs with AVX2, a vector row parser: `text/v3.rs`).
 //!
-//! Accepted text, as `numpy.loadtxt` accepts it: fields separated by any run
-//! of spaces/tabs (the default) or by one delimiter byte (then spaces around
-//! a field are ignored, and an empty field is an error); `#` comments (also
-//! after data); blank lines; LF or CRLF endings; a leading `+`; `nan`,
-//! `inf`, `infinity` in any case and with a sign.
+//! Accepted text, as `numpy.loadtxt` accepts it (as UTF-8): fields separated
+//! by any run of whitespace (the default) or by one ASCII delimiter byte
+//! (then whitespace around a field is ignored, and an empty field is an
+//! error); `#` comments (also after data); blank lines; LF or CRLF endings;
+//! a leading `+`; `nan`, `inf`, `infinity` in any case and with a sign.
+//! Whitespace is what Python's `str.isspace()` accepts: space, tab, VT, FF,
+//! 0x1C-0x1F and the Unicode blanks (NBSP, U+2000-U+200A, U+3000, ...). A
+//! blank line holds only whitespace and comments; with a delimiter, only a
+//! comment (a line of blanks is then a row of one blank field, an error).
 //!
-//! Differences from NumPy: an empty file (or one without data rows) gives a
-//! `(0, 0)` array and a one-column file gives `(n, 1)` (never a 1-D array);
+//! Differences from NumPy: a file without data rows gives a `(0, 0)` array
+//! (`(0, usecols.len())` with `usecols`), `max_rows: Some(0)` gives `(0,
+//! columns)`, and a one-column file gives `(n, 1)` (never a 1-D array);
 //! every data row must have the same number of fields, also with `usecols`;
 //! `skip_rows` counts header *data* lines, after comment and blank lines
 //! (fast_loadtxt's definition; NumPy's `skiprows` counts physical lines — the
@@ -65,11 +70,13 @@ mod v3;
 /// Options of [`loadtxt`]. `Default` gives NumPy's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadTxtOptions {
-    /// Field separator; `None` splits on runs of spaces and tabs. Every
-    /// occurrence separates two fields, as in NumPy, even a byte that can
-    /// be part of a number (with `b'.'`, `1.5` is the two fields 1 and 5).
+    /// Field separator (an ASCII byte); `None` splits on runs of whitespace
+    /// (NumPy's: ASCII and Unicode blanks). Every occurrence separates two
+    /// fields, as in NumPy, even a byte that can be part of a number (with
+    /// `b'.'`, `1.5` is the two fields 1 and 5).
     pub delimiter: Option<u8>,
-    /// Comment byte: it and the rest of its line are ignored. Default `#`.
+    /// Comment byte (ASCII, not whitespace): it and the rest of its line
+    /// are ignored. Default `#`.
     pub comments: Option<u8>,
     /// Data lines to skip at the start (header rows), counted after comment
     /// and blank lines.
