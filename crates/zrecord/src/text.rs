@@ -722,21 +722,35 @@ fn is_data(line: &[u8], comment: Option<u8>, delim: Option<u8>) -> bool {
 /// CR (with one); without a delimiter, a text holding non-ASCII bytes (which
 /// may be multi-byte whitespace) is counted line by line instead.
 fn count_rows(text: &[u8], comment: Option<u8>, delim: Option<u8>) -> usize {
-    // Without a comment byte, `\n` stands in: it never opens a comment
-    // because a newline also closes one.
-    let c = comment.unwrap_or(b'\n');
+    // Each byte's kind from one table lookup: a newline, the comment byte,
+    // a byte that makes no data (whitespace, or with a delimiter a CR).
+    const NL: u8 = 1;
+    const COMMENT: u8 = 2;
+    const BLANK: u8 = 4;
     let split_ws = delim.is_none();
-    let (mut rows, mut has, mut in_comment, mut wide) = (0usize, false, false, false);
-    for &b in text {
-        let nl = b == b'\n';
-        in_comment = (in_comment | (b == c)) & !nl;
+    let mut kind = [0u8; 256];
+    for (b, k) in kind.iter_mut().enumerate() {
+        let b = b as u8;
         let blank = if split_ws { is_ws(b) } else { b == b'\r' };
-        has |= !(blank | nl | in_comment);
-        wide |= b >= 0x80;
+        *k = if blank { BLANK } else { 0 };
+    }
+    // The comment byte is never whitespace (`check_options`), and a newline
+    // closes a comment before it could open one.
+    if let Some(c) = comment {
+        kind[c as usize] = COMMENT;
+    }
+    kind[b'\n' as usize] = NL;
+    let (mut rows, mut has, mut in_comment, mut all) = (0usize, false, false, 0u8);
+    for &b in text {
+        let k = kind[b as usize];
+        let nl = k & NL != 0;
+        in_comment = (in_comment | (k & COMMENT != 0)) & !nl;
+        has |= !((k & BLANK != 0) | nl | in_comment);
+        all |= b;
         rows += (nl & has) as usize;
         has &= !nl;
     }
-    if wide && split_ws {
+    if all >= 0x80 && split_ws {
         return count_rows_by_line(text, comment, delim);
     }
     rows + has as usize
