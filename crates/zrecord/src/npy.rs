@@ -587,6 +587,12 @@ impl<'a> LitParser<'a> {
         if self.pos == ds || self.pos - ds > 30 {
             return Err(format!("bad integer at byte {start}"));
         }
+        // Python 3 (NumPy's `literal_eval`) has no leading zeros but in 0
+        // itself (`00` is 0; `03` is a syntax error).
+        let digits = &self.s[ds..self.pos];
+        if digits[0] == b'0' && digits.iter().any(|&d| d != b'0') {
+            return Err(format!("integer with a leading zero at byte {start}"));
+        }
         let v: i128 = self.text[start..self.pos]
             .parse()
             .map_err(|_| format!("bad integer at byte {start}"))?;
@@ -1405,9 +1411,15 @@ mod tests {
             "{'a': 1}x",
             "'\\x4'",
             "\"\\u12\"",
+            "(03,)",
+            "-01",
+            "007L",
         ] {
             assert!(LitParser::new(s).parse_all().is_err(), "{s}");
         }
+        // Zero itself may repeat its digit, as in Python.
+        assert_eq!(LitParser::new("00").parse_all(), Ok(Lit::Int(0)));
+        assert_eq!(LitParser::new("-0").parse_all(), Ok(Lit::Int(0)));
         let deep = "[".repeat(1000);
         assert!(LitParser::new(&deep).parse_all().is_err());
     }

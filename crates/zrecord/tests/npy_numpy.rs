@@ -295,6 +295,12 @@ fn headers_load_exactly_when_numpy_loads_them() {
         "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'extra': 1}",
         "{'descr': '<f8', 'fortran_order': False}",
         "{'descr': [('a', '<f4'), ('b', '<f4')], 'fortran_order': False, 'shape': (1,)}",
+        // Python 3 integers: no leading zero but in 0 itself; Python 2's L.
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (03,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 00), }",
+        "{'descr': [('a', '<f4', (02,))], 'fortran_order': False, 'shape': (1,)}",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (3L,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (+3,), }",
     ];
     dicts.extend(kept_refusals);
     let dir = tempfile::tempdir().unwrap();
