@@ -537,7 +537,8 @@ impl<'a> LitParser<'a> {
             if c as u32 == q as u32 {
                 return Ok(out);
             }
-            if c == '\n' {
+            // A CR ends a line for Python's tokenizer too.
+            if c == '\n' || c == '\r' {
                 return Err("newline inside a string".into());
             }
             if c != '\\' {
@@ -596,8 +597,9 @@ impl<'a> LitParser<'a> {
         let v: i128 = self.text[start..self.pos]
             .parse()
             .map_err(|_| format!("bad integer at byte {start}"))?;
-        // Python 2 wrote long integers with an `L` suffix.
-        if self.pos < self.s.len() && matches!(self.s[self.pos], b'L' | b'l') {
+        // Python 2 wrote long integers with an `L` suffix (NumPy strips
+        // only the capital one).
+        if self.s.get(self.pos) == Some(&b'L') {
             self.pos += 1;
         }
         if self.pos < self.s.len()
@@ -1414,6 +1416,8 @@ mod tests {
             "(03,)",
             "-01",
             "007L",
+            "3l",
+            "'a\rb'",
         ] {
             assert!(LitParser::new(s).parse_all().is_err(), "{s}");
         }

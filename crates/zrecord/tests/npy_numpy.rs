@@ -301,6 +301,8 @@ fn headers_load_exactly_when_numpy_loads_them() {
         "{'descr': [('a', '<f4', (02,))], 'fortran_order': False, 'shape': (1,)}",
         "{'descr': '<f8', 'fortran_order': False, 'shape': (3L,), }",
         "{'descr': '<f8', 'fortran_order': False, 'shape': (+3,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (3l,), }",
+        "{'descr': [('a\rb', '<f4')], 'fortran_order': False, 'shape': (1,)}",
     ];
     dicts.extend(kept_refusals);
     let dir = tempfile::tempdir().unwrap();
