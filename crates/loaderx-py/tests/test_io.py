@@ -416,3 +416,92 @@ def test_npy_readers_on_a_directory_or_a_nul_path_raise_what_loadtxt_does(tmp_pa
     for f in (npy_header, load_npy, lambda p: load_npy_prefix(p, 0)):
         with pytest.raises(OSError, match=r"a\x00b\.npy: file name contained"):
             f(bad)
+
+
+def _numpy_or_error(path, **kw):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return np.loadtxt(path, ndmin=2, encoding="utf-8", **kw)
+        except ValueError:
+            return None
+
+
+@pytest.mark.parametrize("text,kw", [
+    # With a delimiter a line of blanks is a row of one blank field.
+    ("1,2\n   \n3,4\n", {"delimiter": ","}),
+    ("1,2\n  # note\n3,4\n", {"delimiter": ","}),
+    ("1\n \t\n3\n", {"delimiter": ","}),
+    ("1,2\n3,4\n  ", {"delimiter": ","}),
+    ("1,2\n\u00a0\n3,4\n", {"delimiter": ","}),
+    ("1;2\n \n3;4\n", {"delimiter": ";", "usecols": [0]}),
+    # ... an empty line, a CRLF one, a comment line are skipped.
+    ("1,2\n\n3,4\r\n\r\n# c\n5,6\n", {"delimiter": ","}),
+    ("1 2\n \t \n3 4\n   # c\n", {}),
+    # Unicode whitespace splits fields, and is stripped around them.
+    ("1\u00a02\n3\u30004\n", {}),
+    ("\u20091\u2003 2\u202f\n\u3000\n3\x1c4\x1f\n\u00a0# c\n", {}),
+    ("1\u20282\u20293\n4\u16805\u205f6\n", {}),
+    ("1,\u00a02\u3000\n3\u2002,4\n", {"delimiter": ","}),
+    ("1\u00a02\u00a05\n3 4 6\n", {"usecols": [2, 0]}),
+    ("1 2\n\u3000\n3 4\n5 6\n", {"max_rows": 2}),
+    # Not whitespace: part of the token, an error in both.
+    ("1\u200b2\n", {}),
+    ("1\u00a02,3\n", {"delimiter": ","}),
+    # No data rows: as many columns as usecols names.
+    ("", {"usecols": [0, 1]}),
+    ("# c\n\n", {"usecols": [-1, 0, 0], "delimiter": ","}),
+    ("", {"usecols": []}),
+])
+def test_loadtxt_blanks_and_unicode_whitespace_as_numpy(tmp_path, text, kw):
+    from loaderx.io import loadtxt
+    path = tmp_path / "t.txt"
+    path.write_text(text, encoding="utf-8", newline="")
+    want = _numpy_or_error(path, **kw)
+    for threads, chunk in ((1, 500), (2, 0)):
+        if want is None:
+            with pytest.raises(ValueError):
+                loadtxt(path, num_threads=threads, chunk_size=chunk, **kw)
+        else:
+            got = loadtxt(path, num_threads=threads, chunk_size=chunk, **kw)
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+
+
+def test_loadtxt_max_rows_zero_keeps_the_column_count(tmp_path):
+    # Kept, documented difference: numpy treats max_rows=0 as "no data"
+    # ((0, 1) with ndmin=2, (0,) without, and a warning); ours is the first
+    # max_rows=0 rows of the file: (0, columns), as max_rows=k gives (k, columns).
+    from loaderx.io import loadtxt
+    path = tmp_path / "m.txt"
+    path.write_text("1 2 3\n4 5 6\n")
+    assert loadtxt(path, max_rows=0).shape == (0, 3)
+    assert loadtxt(path, max_rows=0, usecols=[0, 0]).shape == (0, 2)
+    with pytest.warns(UserWarning):
+        assert np.loadtxt(path, max_rows=0, ndmin=2).shape == (0, 1)
+    # A file without data rows: (0, 0) (numpy with ndmin=2: (0, 1)).
+    empty = tmp_path / "e.txt"
+    empty.write_text("# nothing\n")
+    assert loadtxt(empty).shape == (0, 0)
+
+
+def test_npy_shape_as_a_list_is_refused_as_numpy_refuses_it(tmp_path):
+    import io
+    from loaderx.io import load_npy, npy_header
+    for shape, ok in (("(2,)", True), ("[2]", False), ("([2])", False)):
+        h = f"{{'descr': '<f8', 'fortran_order': False, 'shape': {shape}, }}".encode()
+        h += b" " * (63 - (10 + len(h)) % 64) + b"\n"
+        data = b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h + bytes(16)
+        path = tmp_path / "l.npy"
+        path.write_bytes(data)
+        if ok:
+            assert npy_header(path)["shape"] == (2,)
+            np.testing.assert_array_equal(load_npy(path), np.load(io.BytesIO(data)))
+            continue
+        with pytest.raises(ValueError, match="shape is not valid"):
+            np.load(io.BytesIO(data))
+        with pytest.raises(ValueError, match="is a list, not a tuple"):
+            npy_header(path)
+        with pytest.raises(ValueError, match="is a list, not a tuple"):
+            load_npy(path)

@@ -214,8 +214,8 @@ fn parse_header(path: &Path, bytes: &[u8], file_len: Option<u64>) -> Result<NpyH
         // Latin-1, as NumPy decodes v1/v2 headers.
         raw.iter().map(|&b| b as char).collect()
     };
-    let lit = LitParser::new(&text)
-        .parse_all()
+    let (lit, list_shape) = LitParser::new(&text)
+        .parse_header_literal()
         .map_err(|e| hdr_err(path, NpyHeaderProblem::Syntax(e)))?;
     let Lit::Map(entries) = lit else {
         return Err(hdr_err(
@@ -277,6 +277,17 @@ fn parse_header(path: &Path, bytes: &[u8], file_len: Option<u64>) -> Result<NpyH
         }
     };
     let dims = match &shape {
+        // NumPy refuses a list ("shape is not valid"): a header that
+        // passes here must load there too.
+        Lit::Seq(_) if list_shape => {
+            return Err(hdr_err(
+                path,
+                NpyHeaderProblem::BadValue {
+                    key: "shape",
+                    detail: format!("{} is a list, not a tuple", shape.render()),
+                },
+            ));
+        }
         Lit::Seq(ds) => ds,
         other => {
             return Err(hdr_err(
@@ -358,6 +369,12 @@ struct LitParser<'a> {
     text: &'a str,
     pos: usize,
     depth: usize,
+    /// Whether a `shape` key of the outermost dict had a list (`[...]`,
+    /// also in grouping parentheses) for its value: [`Lit`] keeps lists and
+    /// tuples alike, but NumPy takes only a tuple as the shape.
+    list_shape: bool,
+    /// Whether the value parsed last was a list.
+    last_list: bool,
 }
 
 type PResult<T> = std::result::Result<T, String>;
@@ -369,16 +386,24 @@ impl<'a> LitParser<'a> {
             text,
             pos: 0,
             depth: 0,
+            list_shape: false,
+            last_list: false,
         }
     }
 
-    fn parse_all(mut self) -> PResult<Lit> {
+    #[cfg(test)]
+    fn parse_all(self) -> PResult<Lit> {
+        self.parse_header_literal().map(|(v, _)| v)
+    }
+
+    /// The literal, and whether its outermost dict gave `shape` a list.
+    fn parse_header_literal(mut self) -> PResult<(Lit, bool)> {
         let v = self.value()?;
         self.ws();
         if self.pos != self.s.len() {
             return Err(format!("unexpected text at byte {}", self.pos));
         }
-        Ok(v)
+        Ok((v, self.list_shape))
     }
 
     fn ws(&mut self) {
@@ -406,10 +431,13 @@ impl<'a> LitParser<'a> {
         if self.depth > MAX_LITERAL_DEPTH {
             return Err("nested too deeply".into());
         }
-        let v = match self.peek() {
+        let first = self.peek();
+        let v = match first {
             None => Err("unexpected end of header".into()),
             Some(b'{') => self.dict(),
             Some(b'[') => self.seq(b']').map(Lit::Seq),
+            // Sets `last_list` itself (grouping parentheses keep the
+            // inner value's).
             Some(b'(') => self.tuple(),
             Some(b'\'') | Some(b'"') => self.string().map(Lit::Str),
             Some(b'-') | Some(b'+') | Some(b'0'..=b'9') => self.int(),
@@ -427,6 +455,9 @@ impl<'a> LitParser<'a> {
             }
             Some(_) => Err(format!("unexpected character at byte {}", self.pos)),
         };
+        if first != Some(b'(') {
+            self.last_list = first == Some(b'[');
+        }
         self.depth -= 1;
         v
     }
@@ -442,6 +473,9 @@ impl<'a> LitParser<'a> {
             let k = self.value()?;
             self.expect(b':')?;
             let v = self.value()?;
+            if self.depth == 1 && matches!(&k, Lit::Str(s) if s == "shape") {
+                self.list_shape |= self.last_list;
+            }
             out.push((k, v));
             match self.peek() {
                 Some(b',') => self.pos += 1,
@@ -463,6 +497,7 @@ impl<'a> LitParser<'a> {
         if items.len() == 1 && !inner.ends_with(',') {
             return Ok(items.pop().unwrap_or(Lit::None));
         }
+        self.last_list = false;
         Ok(Lit::Seq(items))
     }
 
@@ -502,7 +537,8 @@ impl<'a> LitParser<'a> {
             if c as u32 == q as u32 {
                 return Ok(out);
             }
-            if c == '\n' {
+            // A CR ends a line for Python's tokenizer too.
+            if c == '\n' || c == '\r' {
                 return Err("newline inside a string".into());
             }
             if c != '\\' {
@@ -552,11 +588,18 @@ impl<'a> LitParser<'a> {
         if self.pos == ds || self.pos - ds > 30 {
             return Err(format!("bad integer at byte {start}"));
         }
+        // Python 3 (NumPy's `literal_eval`) has no leading zeros but in 0
+        // itself (`00` is 0; `03` is a syntax error).
+        let digits = &self.s[ds..self.pos];
+        if digits[0] == b'0' && digits.iter().any(|&d| d != b'0') {
+            return Err(format!("integer with a leading zero at byte {start}"));
+        }
         let v: i128 = self.text[start..self.pos]
             .parse()
             .map_err(|_| format!("bad integer at byte {start}"))?;
-        // Python 2 wrote long integers with an `L` suffix.
-        if self.pos < self.s.len() && matches!(self.s[self.pos], b'L' | b'l') {
+        // Python 2 wrote long integers with an `L` suffix (NumPy strips
+        // only the capital one).
+        if self.s.get(self.pos) == Some(&b'L') {
             self.pos += 1;
         }
         if self.pos < self.s.len()
@@ -1370,9 +1413,17 @@ mod tests {
             "{'a': 1}x",
             "'\\x4'",
             "\"\\u12\"",
+            "(03,)",
+            "-01",
+            "007L",
+            "3l",
+            "'a\rb'",
         ] {
             assert!(LitParser::new(s).parse_all().is_err(), "{s}");
         }
+        // Zero itself may repeat its digit, as in Python.
+        assert_eq!(LitParser::new("00").parse_all(), Ok(Lit::Int(0)));
+        assert_eq!(LitParser::new("-0").parse_all(), Ok(Lit::Int(0)));
         let deep = "[".repeat(1000);
         assert!(LitParser::new(&deep).parse_all().is_err());
     }

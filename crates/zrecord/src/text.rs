@@ -12,14 +12,19 @@
 //! short decimals by exact fast paths that give the same bits (on x86-64
 //! CPUs with AVX2, a vector row parser: `text/v3.rs`).
 //!
-//! Accepted text, as `numpy.loadtxt` accepts it: fields separated by any run
-//! of spaces/tabs (the default) or by one delimiter byte (then spaces around
-//! a field are ignored, and an empty field is an error); `#` comments (also
-//! after data); blank lines; LF or CRLF endings; a leading `+`; `nan`,
-//! `inf`, `infinity` in any case and with a sign.
+//! Accepted text, as `numpy.loadtxt` accepts it (as UTF-8): fields separated
+//! by any run of whitespace (the default) or by one ASCII delimiter byte
+//! (then whitespace around a field is ignored, and an empty field is an
+//! error); `#` comments (also after data); blank lines; LF or CRLF endings;
+//! a leading `+`; `nan`, `inf`, `infinity` in any case and with a sign.
+//! Whitespace is what Python's `str.isspace()` accepts: space, tab, VT, FF,
+//! 0x1C-0x1F and the Unicode blanks (NBSP, U+2000-U+200A, U+3000, ...). A
+//! blank line holds only whitespace and comments; with a delimiter, only a
+//! comment (a line of blanks is then a row of one blank field, an error).
 //!
-//! Differences from NumPy: an empty file (or one without data rows) gives a
-//! `(0, 0)` array and a one-column file gives `(n, 1)` (never a 1-D array);
+//! Differences from NumPy: a file without data rows gives a `(0, 0)` array
+//! (`(0, usecols.len())` with `usecols`), `max_rows: Some(0)` gives `(0,
+//! columns)`, and a one-column file gives `(n, 1)` (never a 1-D array);
 //! every data row must have the same number of fields, also with `usecols`;
 //! `skip_rows` counts header *data* lines, after comment and blank lines
 //! (fast_loadtxt's definition; NumPy's `skiprows` counts physical lines — the
@@ -65,11 +70,13 @@ mod v3;
 /// Options of [`loadtxt`]. `Default` gives NumPy's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadTxtOptions {
-    /// Field separator; `None` splits on runs of spaces and tabs. Every
-    /// occurrence separates two fields, as in NumPy, even a byte that can
-    /// be part of a number (with `b'.'`, `1.5` is the two fields 1 and 5).
+    /// Field separator (an ASCII byte); `None` splits on runs of whitespace
+    /// (NumPy's: ASCII and Unicode blanks). Every occurrence separates two
+    /// fields, as in NumPy, even a byte that can be part of a number (with
+    /// `b'.'`, `1.5` is the two fields 1 and 5).
     pub delimiter: Option<u8>,
-    /// Comment byte: it and the rest of its line are ignored. Default `#`.
+    /// Comment byte (ASCII, not whitespace): it and the rest of its line
+    /// are ignored. Default `#`.
     pub comments: Option<u8>,
     /// Data lines to skip at the start (header rows), counted after comment
     /// and blank lines.
@@ -571,9 +578,58 @@ enum RowErr {
     LoneCr,
 }
 
+/// Whether `b` is a one-byte whitespace character: the ASCII characters
+/// Python's `str.isspace()` (NumPy's whitespace) accepts other than LF,
+/// that is space, tab, VT, FF, CR and the separators 0x1C-0x1F. A CR here
+/// is a lone one ([`line_at`] strips the CR of a CRLF), which the parsers
+/// report rather than skip.
 #[inline]
 fn is_ws(b: u8) -> bool {
-    b == b' ' || b == b'\t' || b == b'\r' || b == 0x0b || b == 0x0c
+    matches!(b, b'\t' | 0x0b..=0x0d | 0x1c..=0x20)
+}
+
+/// Length of the whitespace character at `s[p..]`, 0 for none: [`is_ws`],
+/// or one of the UTF-8 encoded characters that `str.isspace()` accepts and
+/// NumPy (which decodes the file as UTF-8) splits and strips fields at:
+/// U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F
+/// and U+3000.
+#[inline]
+fn ws_at(s: &[u8], p: usize) -> usize {
+    match s.get(p) {
+        Some(&b) if is_ws(b) => 1,
+        Some(&b) if b >= 0xc2 => wide_ws_at(s, p),
+        _ => 0,
+    }
+}
+
+/// The multi-byte part of [`ws_at`].
+#[inline(never)]
+fn wide_ws_at(s: &[u8], p: usize) -> usize {
+    match s.get(p..) {
+        Some([0xc2, 0x85 | 0xa0, ..]) => 2,
+        Some(
+            [0xe1, 0x9a, 0x80, ..]
+            | [0xe2, 0x80, 0x80..=0x8a | 0xa8 | 0xa9 | 0xaf, ..]
+            | [0xe2, 0x81, 0x9f, ..]
+            | [0xe3, 0x80, 0x80, ..],
+        ) => 3,
+        _ => 0,
+    }
+}
+
+/// Length of the whitespace character ([`ws_at`]) that ends at `s[..e]`,
+/// 0 for none.
+#[inline]
+fn ws_before(s: &[u8], e: usize) -> usize {
+    match &s[..e] {
+        [.., b] if is_ws(*b) => 1,
+        [.., 0xc2, 0x85 | 0xa0] => 2,
+        [.., 0xe1, 0x9a, 0x80]
+        | [.., 0xe2, 0x80, 0x80..=0x8a | 0xa8 | 0xa9 | 0xaf]
+        | [.., 0xe2, 0x81, 0x9f]
+        | [.., 0xe3, 0x80, 0x80] => 3,
+        _ => 0,
+    }
 }
 
 /// Index of the first `needle` in `hay`. Blocks of 32 bytes are compared
@@ -636,33 +692,80 @@ fn cr_in_comment(text: &[u8], p: usize, stop: usize) -> bool {
     find_byte(body, b'\r').is_some()
 }
 
-/// True when the line holds data (something before any comment).
+/// True when the line (as [`line_at`] gives it, without its line end)
+/// holds data, as NumPy decides: splitting on whitespace (no delimiter),
+/// something other than whitespace before any comment; with a delimiter,
+/// anything before the comment, whitespace too (NumPy reads such a line as
+/// one field of blanks, an error for numbers, rather than skip it), but a
+/// lone CR, which is reported as such.
 #[inline]
-fn is_data(line: &[u8], comment: Option<u8>) -> bool {
-    for &b in line {
-        if is_ws(b) {
-            continue;
+fn is_data(line: &[u8], comment: Option<u8>, delim: Option<u8>) -> bool {
+    if delim.is_some() {
+        return line
+            .iter()
+            .take_while(|&&b| Some(b) != comment)
+            .any(|&b| b != b'\r');
+    }
+    let mut p = 0;
+    while p < line.len() {
+        match ws_at(line, p) {
+            0 => return Some(line[p]) != comment,
+            n => p += n,
         }
-        return Some(b) != comment;
     }
     false
 }
 
-/// Data rows in `text` (which starts at a line start): lines holding a
-/// byte that is neither whitespace nor in a comment. One branch-free pass.
-fn count_rows(text: &[u8], comment: Option<u8>) -> usize {
-    // Without a comment byte, `\n` stands in: it never opens a comment
-    // because a newline also closes one.
-    let c = comment.unwrap_or(b'\n');
-    let (mut rows, mut has, mut in_comment) = (0usize, false, false);
+/// Data rows in `text` (which starts at a line start): the lines
+/// [`is_data`] takes. One branch-free pass counting the lines that hold a
+/// byte before any comment that is not whitespace (no delimiter) or not a
+/// CR (with one); without a delimiter, a text holding non-ASCII bytes (which
+/// may be multi-byte whitespace) is counted line by line instead.
+fn count_rows(text: &[u8], comment: Option<u8>, delim: Option<u8>) -> usize {
+    // Each byte's kind from one table lookup: a newline, the comment byte,
+    // a byte that makes no data (whitespace, or with a delimiter a CR).
+    const NL: u8 = 1;
+    const COMMENT: u8 = 2;
+    const BLANK: u8 = 4;
+    let split_ws = delim.is_none();
+    let mut kind = [0u8; 256];
+    for (b, k) in kind.iter_mut().enumerate() {
+        let b = b as u8;
+        let blank = if split_ws { is_ws(b) } else { b == b'\r' };
+        *k = if blank { BLANK } else { 0 };
+    }
+    // The comment byte is never whitespace (`check_options`), and a newline
+    // closes a comment before it could open one.
+    if let Some(c) = comment {
+        kind[c as usize] = COMMENT;
+    }
+    kind[b'\n' as usize] = NL;
+    let (mut rows, mut has, mut in_comment, mut all) = (0usize, false, false, 0u8);
     for &b in text {
-        let nl = b == b'\n';
-        in_comment = (in_comment | (b == c)) & !nl;
-        has |= !(is_ws(b) | nl | in_comment);
+        let k = kind[b as usize];
+        let nl = k & NL != 0;
+        in_comment = (in_comment | (k & COMMENT != 0)) & !nl;
+        has |= !((k & BLANK != 0) | nl | in_comment);
+        all |= b;
         rows += (nl & has) as usize;
         has &= !nl;
     }
+    if all >= 0x80 && split_ws {
+        return count_rows_by_line(text, comment, delim);
+    }
     rows + has as usize
+}
+
+/// [`count_rows`] one line at a time, by [`is_data`].
+#[inline(never)]
+fn count_rows_by_line(text: &[u8], comment: Option<u8>, delim: Option<u8>) -> usize {
+    let (mut p, mut rows) = (0, 0);
+    while p < text.len() {
+        let (e, next) = line_at(text, p, text.len());
+        rows += is_data(&text[p..e], comment, delim) as usize;
+        p = next;
+    }
+    rows
 }
 
 /// Lines in `text` (newlines, plus an unterminated last line) and whether
@@ -888,14 +991,19 @@ fn count_fields(line: &[u8], cfg: &Cfg) -> usize {
     match cfg.delim {
         Some(d) => line.iter().filter(|&&b| b == d).count() + 1,
         None => {
-            let mut n = 0;
-            let mut in_tok = false;
-            for &b in line {
-                let ws = is_ws(b);
-                if !ws && !in_tok {
-                    n += 1;
+            let (mut n, mut p, mut in_tok) = (0, 0, false);
+            while p < line.len() {
+                match ws_at(line, p) {
+                    0 => {
+                        n += !in_tok as usize;
+                        in_tok = true;
+                        p += 1;
+                    }
+                    w => {
+                        in_tok = false;
+                        p += w;
+                    }
                 }
-                in_tok = !ws;
             }
             n
         }
@@ -936,11 +1044,12 @@ fn parse_row<T: TextFloat>(
     let mut col = 0;
     match cfg.delim {
         None => loop {
-            while p < n && is_ws(line[p]) {
-                if line[p] == b'\r' {
-                    return Err(RowErr::LoneCr);
+            loop {
+                match ws_at(line, p) {
+                    0 => break,
+                    _ if line[p] == b'\r' => return Err(RowErr::LoneCr),
+                    w => p += w,
                 }
-                p += 1;
             }
             if is_end(p) {
                 comment_ok(p)?;
@@ -957,21 +1066,20 @@ fn parse_row<T: TextFloat>(
             match target {
                 Some(t) => match parse_number::<T>(&line[p..]) {
                     Some((v, used))
-                        if used > 0
-                            && (p + used >= n || is_ws(line[p + used]) || is_end(p + used)) =>
+                        if used > 0 && (ws_at(line, p + used) > 0 || is_end(p + used)) =>
                     {
                         out[t].write(v);
                         p += used;
                     }
                     _ => {
-                        while p < n && !is_ws(line[p]) && Some(line[p]) != cfg.comment {
+                        while !is_end(p) && ws_at(line, p) == 0 {
                             p += 1;
                         }
                         return Err(RowErr::Token(col, start, p));
                     }
                 },
                 None => {
-                    while p < n && !is_ws(line[p]) && Some(line[p]) != cfg.comment {
+                    while !is_end(p) && ws_at(line, p) == 0 {
                         p += 1;
                     }
                 }
@@ -979,12 +1087,16 @@ fn parse_row<T: TextFloat>(
             col += 1;
         },
         Some(d) => loop {
-            let ws = |b: u8| b != d && is_ws(b);
-            while p < n && ws(line[p]) {
-                if line[p] == b'\r' {
-                    return Err(RowErr::LoneCr);
+            // Blanks around a field are stripped (NumPy's whitespace, as in
+            // `ws_at`), except a whitespace delimiter. The delimiter is ASCII
+            // (`check_options`), so never part of a multi-byte blank.
+            loop {
+                match ws_at(line, p) {
+                    0 => break,
+                    _ if line[p] == d => break,
+                    _ if line[p] == b'\r' => return Err(RowErr::LoneCr),
+                    w => p += w,
                 }
-                p += 1;
             }
             if col >= cfg.ncols {
                 return Err(RowErr::Columns(col + count_fields(&line[p..], cfg)));
@@ -1004,9 +1116,14 @@ fn parse_row<T: TextFloat>(
             if q < n && line[q] == b'\r' {
                 return Err(RowErr::LoneCr);
             }
+            // The field `line[start..q]` holds no delimiter: strip its
+            // trailing blanks.
             let mut e = q;
-            while e > start && ws(line[e - 1]) {
-                e -= 1;
+            loop {
+                match ws_before(&line[start..], e - start) {
+                    0 => break,
+                    w => e -= w,
+                }
             }
             if let Some(t) = target {
                 match parse_number::<T>(&line[start..e]) {
@@ -1065,6 +1182,16 @@ fn row_error(
 }
 
 fn check_options(opts: &LoadTxtOptions) -> Result<()> {
+    // A byte of a UTF-8 multi-byte character is no character of its own
+    // (NumPy's comment and delimiter are characters), and a multi-byte
+    // blank must never hold the delimiter or the comment byte.
+    for (what, b) in [("comment", opts.comments), ("delimiter", opts.delimiter)] {
+        if let Some(b) = b.filter(|b| !b.is_ascii()) {
+            return Err(Error::invalid(format!(
+                "{what} byte 0x{b:02x} is not ASCII"
+            )));
+        }
+    }
     if let Some(c) = opts.comments
         && (c == b'\n' || is_ws(c))
     {
@@ -1210,7 +1337,7 @@ fn layout(path: &Path, bytes: &[u8], opts: &LoadTxtOptions) -> Result<Option<Lay
         }
         let (e, next) = line_at(bytes, pos, end);
         lone_cr(path, bytes, pos, &bytes[pos..e])?;
-        if is_data(&bytes[pos..e], comment) {
+        if is_data(&bytes[pos..e], comment, opts.delimiter) {
             if skipped == opts.skip_rows {
                 break pos;
             }
@@ -1269,7 +1396,9 @@ fn load_in_pool<T: TextFloat>(
     opts: &LoadTxtOptions,
 ) -> Result<Array2<T>> {
     let Some(lay) = layout(path, bytes, opts)? else {
-        return Ok(empty(0));
+        // No data row fixes the column count; `usecols` still fixes the
+        // output's (NumPy's shape too).
+        return Ok(empty(opts.usecols.as_ref().map_or(0, Vec::len)));
     };
     let nout = lay.nout;
     if opts.max_rows == Some(0) {
@@ -1372,7 +1501,7 @@ fn parse_chunk<T: TextFloat, const V3: bool>(
         // error.
         let (le, next) = line_at(bytes, p, e);
         let line = &bytes[p..le];
-        if is_data(line, cfg.comment) {
+        if is_data(line, cfg.comment, cfg.delim) {
             parse_row(line, cfg, row)
                 .map_err(|err| row_error(c.path, bytes, p, line, err, cfg.ncols))?;
             r += 1;
@@ -1501,7 +1630,7 @@ fn parse_span<T: TextFloat>(
             let text = &bytes[s..e];
             match count_lines(text, comment) {
                 (lines, false) => (lines, false),
-                (_, true) => (count_rows(text, comment), true),
+                (_, true) => (count_rows(text, comment, cfg.delim), true),
             }
         })
         .collect();
@@ -1513,7 +1642,7 @@ fn parse_span<T: TextFloat>(
     // Nor a comment byte that can be part of a number: the fast rows would
     // read through it.
     let fast = cfg.col_map.is_none()
-        && !matches!(cfg.delim, Some(b' ' | b'\t' | b'\r' | 0x0b | 0x0c))
+        && !cfg.delim.is_some_and(is_ws)
         && !cfg.delim.is_some_and(in_number)
         && !cfg.comment.is_some_and(in_number);
     loop {
@@ -1597,7 +1726,7 @@ fn parse_span<T: TextFloat>(
             // have been parsed: count exactly and parse again.
             for (c, &(s, e)) in counts.iter_mut().zip(&chunks) {
                 if !c.1 {
-                    *c = (count_rows(&bytes[s..e], comment), true);
+                    *c = (count_rows(&bytes[s..e], comment, cfg.delim), true);
                 }
             }
             continue;
@@ -1850,12 +1979,22 @@ mod tests {
             b"1 # c\n# 2\n3",
             b"ab",
             b"",
+            b"1\n\x1c\x1f\n2\n",
+            b"1\n\xc2\xa0\r\n\xe3\x80\x80 # c\n2\n",
+            b"\xe2\x80\x89\n\xe2\x82\xac\n\xc2",
         ];
         for t in texts {
-            for c in [Some(b'#'), None] {
-                let exact = count_rows(t, c);
-                let lines = t.split(|&b| b == b'\n').filter(|l| is_data(l, c)).count();
-                assert_eq!(exact, lines, "{t:?}");
+            for (c, d) in [Some(b'#'), None]
+                .into_iter()
+                .flat_map(|c| [(c, None), (c, Some(b','))])
+            {
+                let exact = count_rows(t, c, d);
+                let lines = t
+                    .split(|&b| b == b'\n')
+                    .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+                    .filter(|l| is_data(l, c, d))
+                    .count();
+                assert_eq!(exact, lines, "{t:?} {d:?}");
                 let (bound, seen) = count_lines(t, c);
                 assert_eq!(seen, c.is_some_and(|c| t.contains(&c)), "{t:?}");
                 let physical = t.split(|&b| b == b'\n').count() - t.ends_with(b"\n") as usize;
@@ -1881,7 +2020,13 @@ mod tests {
                 text.push_str(&row);
                 clean.push_str(&row);
                 if i % 7 == 3 {
-                    text.push_str(["\n", "  \t\n", "\r\n"][i % 3]);
+                    // With a delimiter a line of blanks is a row (of one
+                    // empty field), as in NumPy, so not a blank line.
+                    let blanks = match delimiter {
+                        Some(_) => ["\n", "\n", "\r\n", "\r\n"],
+                        None => ["\n", "  \t\n", "\r\n", "\u{3000}\u{a0}\n"],
+                    };
+                    text.push_str(blanks[i % 4]);
                 }
             }
             for max_rows in [
@@ -2096,7 +2241,7 @@ mod tests {
         let path = Path::new("<memory>");
         let lay = layout(path, bytes, &opts).unwrap().unwrap();
         let cfg = lay.cfg(&opts);
-        let take = count_rows(&bytes[lay.first..], cfg.comment);
+        let take = count_rows(&bytes[lay.first..], cfg.comment, cfg.delim);
         let mut out = vec![MaybeUninit::<f64>::uninit(); take * lay.nout];
         let chunk = Chunk {
             path,
@@ -2383,7 +2528,10 @@ mod tests {
         };
         let a = load64("a b c\n1 2 3\n4 5 6\n7 8 9\n", &o).unwrap();
         assert_eq!(a, ndarray::array![[3.0, 1.0], [6.0, 4.0]]);
-        assert_eq!(load64("", &o).unwrap().shape(), &[0, 0]);
+        // Without data rows: as many columns as `usecols` names (NumPy's
+        // shape with `ndmin=2`), else none.
+        assert_eq!(load64("", &o).unwrap().shape(), &[0, 2]);
+        assert_eq!(load64("# only\n", &o).unwrap().shape(), &[0, 2]);
         assert_eq!(
             load64("# only\n\n", &Default::default()).unwrap().shape(),
             &[0, 0]
@@ -2767,6 +2915,152 @@ mod tests {
                 assert_eq!(source.kind(), std::io::ErrorKind::IsADirectory)
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn with_a_delimiter_a_line_of_blanks_is_a_row_as_in_numpy() {
+        // NumPy reads it as one blank field: an error for numbers (a column
+        // count error beside wider rows), never a skipped line, so a missing
+        // value cannot silently shift the rows after it.
+        let csv = |d: u8| LoadTxtOptions {
+            delimiter: Some(d),
+            ..Default::default()
+        };
+        for (text, line) in [
+            ("1,2\n   \n3,4\n", 2),
+            ("1,2\n\t\r\n3,4\n", 2),
+            ("1,2\n  # note\n3,4\n", 2),
+            ("1,2\n3,4\n \x0b", 3),
+            ("1,2\n\u{a0}\n3,4\n", 2),
+        ] {
+            // The empty first field is the error (NumPy's names the column
+            // count; the line is the same).
+            match load_both(text, &csv(b',')) {
+                Err(Error::TextParse {
+                    line: l,
+                    column: 1,
+                    token,
+                    ..
+                }) => assert_eq!((l, token.as_str()), (line, ""), "{text:?}"),
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+        // A whitespace delimiter: each blank separates (empty) fields.
+        assert!(load_both("1\t2\n \t \n3\t4\n", &csv(b'\t')).is_err());
+        // The first data line, and one among the header lines, count too.
+        assert!(load_both("  \n1,2\n", &csv(b',')).is_err());
+        let header = |skip_rows| LoadTxtOptions {
+            skip_rows,
+            ..csv(b',')
+        };
+        assert!(load_both("x,y\n \n1,2\n", &header(1)).is_err());
+        assert_eq!(
+            load_both("x,y\n \n1,2\n", &header(2)).unwrap().shape(),
+            &[1, 2]
+        );
+        // Empty lines, CRLF-empty lines and comment lines are still skipped,
+        // with and without a row limit.
+        let text = "1,2\n\n3,4\r\n\r\n# c\n5,6\n";
+        assert_eq!(load_both(text, &csv(b',')).unwrap().nrows(), 3);
+        let two = LoadTxtOptions {
+            max_rows: Some(2),
+            ..csv(b',')
+        };
+        assert_eq!(
+            load_both(text, &two).unwrap(),
+            ndarray::array![[1.0, 2.0], [3.0, 4.0]]
+        );
+        // Without a delimiter a line of blanks is blank, as in NumPy.
+        assert_eq!(
+            load_both("1 2\n \t \n3 4\n  # c\n", &Default::default())
+                .unwrap()
+                .nrows(),
+            2
+        );
+    }
+
+    #[test]
+    fn unicode_whitespace_splits_and_strips_fields_as_in_numpy() {
+        // NumPy decodes the file (UTF-8) and splits on `str.isspace()`
+        // characters: the ASCII separators 0x1C-0x1F, NEL, NBSP, U+1680,
+        // U+2000-U+200A, U+2028/9, U+202F, U+205F, U+3000.
+        let blanks = [
+            "\u{1c}", "\u{1d}", "\u{1e}", "\u{1f}", "\u{85}", "\u{a0}", "\u{1680}", "\u{2000}",
+            "\u{2005}", "\u{200a}", "\u{2028}", "\u{2029}", "\u{202f}", "\u{205f}", "\u{3000}",
+        ];
+        let want = ndarray::array![[1.0, 2.0], [3.0, 4.0]];
+        let csv = LoadTxtOptions {
+            delimiter: Some(b','),
+            ..Default::default()
+        };
+        for u in blanks {
+            let ws = format!("{u}1{u}2{u}\n{u}\n3 {u} 4\n{u}# c\n");
+            assert_eq!(load_both(&ws, &Default::default()).unwrap(), want, "{u:?}");
+            let delimited = format!("{u}1{u},{u}2\n3{u}, 4 {u}\n");
+            assert_eq!(load_both(&delimited, &csv).unwrap(), want, "{u:?}");
+            // Inside a number it is no separator: an error naming the token.
+            match load_both(&format!("1{u}2,3\n"), &csv) {
+                Err(Error::TextParse { token, .. }) => assert_eq!(token, format!("1{u}2")),
+                other => panic!("{u:?}: {other:?}"),
+            }
+        }
+        // One column, as a delimited file: a line of them is an empty field.
+        assert!(matches!(
+            load_both("1\n\u{3000}\n2\n", &csv),
+            Err(Error::TextParse { line: 2, .. })
+        ));
+        // Whitespace-only lines of them are blank lines: the row count (and a
+        // row limit) skips them, in one-pass counts and line-by-line ones.
+        let text: String = (0..400)
+            .map(|i| format!("{i} {}\n\u{3000}\u{a0}\n# c {i}\n", i * 2))
+            .collect();
+        for max_rows in [None, Some(0), Some(7), Some(399), Some(400), Some(9999)] {
+            for chunk_bytes in [1, 100, 0] {
+                let o = LoadTxtOptions {
+                    max_rows,
+                    chunk_bytes,
+                    ..Default::default()
+                };
+                let a = load_both(&text, &o).unwrap();
+                assert_eq!(a.nrows(), max_rows.unwrap_or(400).min(400));
+                for r in 0..a.nrows() {
+                    assert_eq!(a.row(r).to_vec(), [r as f64, 2.0 * r as f64]);
+                }
+            }
+        }
+        // Characters that are not whitespace stay part of their token.
+        for (text, token) in [
+            ("1\u{200b}2 3\n", "1\u{200b}2"),
+            ("1\u{feff} 3\n", "1\u{feff}"),
+            ("\u{20ac}\n", "\u{20ac}"),
+            ("1\x7f 3\n", "1\x7f"),
+        ] {
+            match load_both(text, &Default::default()) {
+                Err(Error::TextParse { token: t, .. }) => assert_eq!(t, token),
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+        // A lone byte of such a character, or a cut one, is no whitespace.
+        assert!(loadtxt_bytes::<f64>(b"1\xa0 2\n", &Default::default()).is_err());
+        assert!(loadtxt_bytes::<f64>(b"1 2\xc2\n", &Default::default()).is_err());
+        assert!(loadtxt_bytes::<f64>(b"1\xe3\x80 2\n", &Default::default()).is_err());
+    }
+
+    #[test]
+    fn non_ascii_comment_or_delimiter_bytes_are_refused() {
+        for o in [
+            LoadTxtOptions {
+                comments: Some(0xa0),
+                ..Default::default()
+            },
+            LoadTxtOptions {
+                delimiter: Some(0xc2),
+                ..Default::default()
+            },
+        ] {
+            let msg = load64("1 2\n", &o).unwrap_err().to_string();
+            assert!(msg.contains("is not ASCII"), "{msg}");
         }
     }
 

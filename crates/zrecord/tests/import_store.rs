@@ -158,7 +158,13 @@ fn sample_text(rows: usize, sep: &str) -> String {
     let mut s = String::from("# generated\nh1 h2 h3 h4\n");
     for r in 0..rows {
         if r % 7 == 3 {
-            s.push_str("\n   # a comment line\n");
+            // Indented only when splitting on whitespace: with a delimiter,
+            // a line of blanks before a comment is a row, as in NumPy.
+            s.push_str(if sep == " " {
+                "\n   # a comment line\n"
+            } else {
+                "\n# a comment line\n"
+            });
         }
         let vals: Vec<String> = (0..4)
             .map(|c| format!("{:.3}", (r * 4 + c) as f64 * 0.37 - 11.0))

@@ -321,3 +321,27 @@ fn a_shape_numpy_cannot_allocate_is_refused_even_with_a_zero_dimension() {
     let p = write_header_only(dir.path(), "ok.npy", "(0, 2305843009213693951)");
     assert_eq!(npy::read_header(&p).unwrap().payload_bytes, 0);
 }
+
+#[test]
+fn a_shape_written_as_a_list_is_refused_as_numpy_refuses_it() {
+    for shape in ["[2, 3]", "[]", "([2, 3])"] {
+        let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        match problem(&with_dict(1, &dict)) {
+            NpyHeaderProblem::BadValue {
+                key: "shape",
+                detail,
+            } => {
+                assert!(detail.contains("is a list, not a tuple"), "{detail}")
+            }
+            other => panic!("{shape}: {other:?}"),
+        }
+    }
+    // Lists elsewhere (a structured descr) and tuples in any spelling stay.
+    for dict in [
+        "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': ((2, 3)), }",
+        "{'shape': (2,3,),'fortran_order': False, 'descr': '<f4'}",
+        "{'descr': [('a', '<f4', (2,))], 'fortran_order': False, 'shape': (), }",
+    ] {
+        NpyHeader::parse(&with_dict(1, dict)).unwrap_or_else(|e| panic!("{dict}: {e}"));
+    }
+}

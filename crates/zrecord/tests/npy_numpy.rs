@@ -261,3 +261,92 @@ fn prefix_and_block_reads_agree_with_the_full_read() {
         Err(zrecord::Error::NpyTruncated { .. })
     ));
 }
+
+/// Header dicts on the edges of NumPy's checks: our header reader must take
+/// exactly those `np.load` takes, with the same shape, but for the kept,
+/// documented refusals (docs/compatibility.md: integers spelled in hex or
+/// with `_`, a key given twice), which NumPy's `literal_eval` accepts and no
+/// writer produces.
+#[test]
+fn headers_load_exactly_when_numpy_loads_them() {
+    let kept_refusals = [
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (0x2,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (1_0,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'descr': '<f4'}",
+    ];
+    let mut dicts = vec![
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (), }",
+        "{\"descr\": '<f8', 'fortran_order': False, 'shape': (2,)}",
+        "{'shape': ((2)), 'fortran_order': False, 'descr': '<f8'}",
+        "{'shape': ((2,)), 'fortran_order': True, 'descr': '<f8'}",
+        // A list is no tuple to NumPy, also in grouping parentheses.
+        "{'descr': '<f8', 'fortran_order': False, 'shape': [2], }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': [], }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': ([2]), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': ([2],), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (2), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': 2, }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (2.0,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (True,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (-1,), }",
+        "{'descr': '<f8', 'fortran_order': 0, 'shape': (2,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'extra': 1}",
+        "{'descr': '<f8', 'fortran_order': False}",
+        "{'descr': [('a', '<f4'), ('b', '<f4')], 'fortran_order': False, 'shape': (1,)}",
+        // Python 3 integers: no leading zero but in 0 itself; Python 2's L.
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (03,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 00), }",
+        "{'descr': [('a', '<f4', (02,))], 'fortran_order': False, 'shape': (1,)}",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (3L,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (+3,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (3l,), }",
+        "{'descr': [('a\rb', '<f4')], 'fortran_order': False, 'shape': (1,)}",
+    ];
+    dicts.extend(kept_refusals);
+    let dir = tempfile::tempdir().unwrap();
+    for (i, d) in dicts.iter().enumerate() {
+        let mut h = d.as_bytes().to_vec();
+        let pad = 64 - (10 + h.len() + 1) % 64;
+        h.extend(std::iter::repeat_n(b' ', pad % 64));
+        h.push(b'\n');
+        let mut f = b"\x93NUMPY\x01\x00".to_vec();
+        f.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        f.extend_from_slice(&h);
+        f.extend_from_slice(&[0u8; 128]);
+        std::fs::write(dir.path().join(format!("{i}.npy")), f).unwrap();
+    }
+    let out = common::run_ref_python(
+        r#"
+import sys, numpy as np
+for i in range(int(sys.argv[2])):
+    try:
+        print(i, np.load(f"{sys.argv[1]}/{i}.npy").shape)
+    except (ValueError, TypeError, SyntaxError) as e:
+        print(i, "error")
+"#,
+        &[dir.path().to_str().unwrap(), &dicts.len().to_string()],
+    );
+    let verdicts: Vec<&str> = out.lines().collect();
+    assert_eq!(verdicts.len(), dicts.len(), "{out}");
+    for (i, (d, verdict)) in dicts.iter().zip(&verdicts).enumerate() {
+        let ours = npy::read_header(dir.path().join(format!("{i}.npy")));
+        let verdict = verdict.split_once(' ').unwrap().1;
+        match ours {
+            Ok(h) if kept_refusals.contains(d) => {
+                panic!("{d}: now accepted ({h:?}): update the docs")
+            }
+            Err(_) if kept_refusals.contains(d) => assert_ne!(verdict, "error", "{d}"),
+            Ok(h) => {
+                let shape: Vec<String> = h.shape.iter().map(|d| d.to_string()).collect();
+                let py = match shape.len() {
+                    1 => format!("({},)", shape[0]),
+                    _ => format!("({})", shape.join(", ")),
+                };
+                assert_eq!(py, verdict, "{d}");
+            }
+            Err(e) => assert_eq!(verdict, "error", "{d}: ours: {e}"),
+        }
+    }
+}

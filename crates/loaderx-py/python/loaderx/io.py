@@ -96,8 +96,17 @@ def loadtxt(filepath, comment="#", skip_rows=0, chunk_size=500, num_threads=0,
         dtype: ``np.float64`` (default) or ``np.float32``.
 
     Returns:
-        np.ndarray: shape ``(rows, columns)``; ``(0, 0)`` for a file without
-        data rows.
+        np.ndarray: shape ``(rows, columns)``; for a file without data rows
+        ``(0, 0)``, or ``(0, len(usecols))`` (numpy with ``ndmin=2``: ``(0,
+        1)`` without usecols). ``max_rows=0`` gives ``(0, columns)`` where
+        numpy reads no line (``(0, 1)``, and a warning).
+
+    The text is read as numpy reads it (UTF-8): without a delimiter, fields
+    are split at any whitespace of ``str.isspace()`` (no-break and other
+    Unicode spaces too), which is also stripped around delimited fields. A
+    line holding only whitespace and comments is skipped; with a delimiter,
+    as in numpy, only a comment or empty line is, and a line of blanks is a
+    row with one blank field (an error).
 
     Lines end with LF or CRLF. Unlike ``numpy.loadtxt``, a lone CR (an old
     Mac line ending) is an error rather than a line end, in a comment too,
