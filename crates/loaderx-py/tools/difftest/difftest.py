@@ -1046,7 +1046,7 @@ def cross_modify_steps(rng, dtcode, shape, pid):
                 steps.append(f"rs.append([{mk_expr(dtcode, 1, (2,), seed, 4)}[0], {mk_expr(dtcode, 1, (1, 3), seed + 1, 4)}[0]])")
         elif x < 0.85:
             ctor = "DenseStore" if v == "ds" else "RaggedStore"
-            steps.append(f"{v}.close()\n{v} = {ctor}('{v[1]}')")
+            steps.append(f"{v}.close()\n{v} = {ctor}('{v[0]}')")
         else:
             steps.append(gen_index2(rng, v))
         if rng.random() < 0.3:
@@ -1270,6 +1270,29 @@ HAND = {
         "#shape\nL.sampler.next()", "L.streams is not None", "sorted(L.streams)", "L.close()",
         "L = DataLoader({'a': da}, batch_size=4, mode=0, num_workers=1)\nda.close()\nx = None", "L.close()",
     ],
+    "index_session13": [
+        "ds = DenseStore('d', np.int32, ())", "ds.append(np.arange(200, dtype=np.int32))",
+        "rs = RaggedStore('r', np.int16)", "rs.append([np.arange(i % 5 + 1, dtype=np.int16) for i in range(200)])",
+        "ds[np.int8(-1)]", "ds[np.array([-1, 5], np.int8)]", "ds[np.int16(-1)]", "ds[[1, np.int32(2), -1]]",
+        "ds[[np.uint64(3), -1]]", "ds[[np.uint64(2**63), 1]]", "ds[np.array([[1, -1], [2, 3]], np.int16)]",
+        "ds[np.array([], np.uint16).reshape(0, 3)]", "ds[np.arange(10, dtype=np.int8)[::-2]]",
+        "ds[np.ones((10, 20), bool)[::-1]]", "ds[np.ones((20, 10), bool).T]", "ds[np.zeros((0,), bool)]",
+        "ds[np.array(5, np.uint16)]", "ds[np.array(-1, np.int16)]", "ds[[[1], [2]]]", "ds[(1, np.int64(2))]",
+        "ds[np.longlong(3)]", "ds[np.intc(3)]", "ds[np.ulonglong(3)]", "ds[np.matrix([[1, 2]])]",
+        "ds[np.ma.masked_array([1, 2], mask=[0, 1])]", "ds[memoryview(np.array([1, 2]))]",
+        "ds[__import__('array').array('i', [1, -2])]", "ds[np.array([1, 2]).view(np.recarray)]",
+        "ds[np.array([1, 2], dtype=np.float16)]", "ds[np.array([1, 2], dtype=np.float32)]",
+        "ds[np.array([1, 2], dtype=np.longdouble)]", "ds[np.array([1, 2], dtype='m8[s]')]",
+        "ds[np.array([True, 1], dtype=object)]", "ds[np.array([1, 2], dtype=object)[::-1]]",
+        "ds[[2**64 - 1, -1]]", "ds[np.array([np.inf], np.float16)]",
+        "rs[np.array([[1, 2], [3, 4]], np.uint16).T]", "rs[np.int8(-1)]", "rs[[np.int8(-1), np.uint64(0)]]",
+        "rs[np.zeros((3, 0), np.int8)]", "rs[np.array(-1, np.int16)]", "rs.__getitems__(np.uint8(1))",
+        "rs.__getitems__(True)", "ds.__getitems__(5)", "ds.__getitems__(np.int16(-1))",
+        "ds.delete(np.array([[1, 2], [3, 4]], np.int16)[::-1, ::-1])", "ds[:8]",
+        "ds.delete(np.array([1], np.float16))", "ds.delete(np.ones((2, 97), bool))", "len(ds)",
+        "ds.delete(np.zeros((0, 3), bool))", "ds[:]",
+        "rs.delete(np.ones((20, 10), bool)[::2].repeat(2, axis=0))", "len(rs)", "rs[:]",
+    ],
     "loader_crash_bs0": [
         "da = DenseStore('a', np.float32, (2,))\nda.append(mk(np.float32, 10, (2,), 1))",
         "DataLoader({'a': da}, batch_size=0)"],
@@ -1462,7 +1485,7 @@ def strip(v, shape_only, in_list=False):
             return {"t": "list", "n": len(v["v"]), "v": [strip(x, True, True) for x in v["v"]]}
         out = {}
         for k, x in v.items():
-            if k == "msg" or k == "err":
+            if k in ("msg", "err", "warn", "warnmsg"):
                 continue
             if shape_only and k in ("sha", "bytes", "v") and v.get("t") in ("nd", "nps", "int", "bool", "float"):
                 continue
@@ -1486,6 +1509,15 @@ def compare_step(code, r, o):
         return ("ours-" + o["t"].split("(")[0], o.get("err", "")[-300:])
     if mode == "#info":
         return ("info", "") if strip(r, False) != strip(o, False) else None
+    d = _compare_values(mode, r, o)
+    if d is None and set(o.get("warn", ())) - set(r.get("warn", ())):
+        # A warning ours emits and the reference does not: an error under
+        # -W error (or pytest's filterwarnings = error).
+        return ("ours-warns", f"{sorted(set(o['warn']) - set(r.get('warn', ())))} {o.get('warnmsg', '')}")
+    return d
+
+
+def _compare_values(mode, r, o):
     re_, oe = r["t"] == "exc", o["t"] == "exc"
     if re_ and oe:
         if ours_is_instance_of(r, o):
@@ -1549,6 +1581,16 @@ def classify(m):
         return "DOC: Sampler arguments are taken by __index__ (ref: by __int__, floats aside)"
     if cat == "value" and step.startswith("#shape"):
         return "DOC: IID/cyclic index streams differ"
+    if rc == "OverflowError" and "out of bounds for int" in rm and cat in ("ours-accepts", "exc-type"):
+        # The reference wraps a negative index by adding len(store) in the
+        # index's own dtype: under NumPy 2 an int8 index (or int16, ...)
+        # with more records than the dtype holds overflows.
+        return "ref bug: negative small-int index + len(store) overflows its dtype (NumPy 2)"
+    if cat == "value" and m["label"] == "crossnative" and "stats()" in step and \
+            r.get("t") == "tuple" and r["v"][:1] == o.get("v", [None])[:1]:
+        # Same records; each side wrote its own compressed bytes (its own
+        # zstd build, and train_dict's dictionaries differ by design).
+        return "compressed byte counts differ between the writers (native vs native)"
     if cat == "ref-hang":
         return "ref hangs (ours ok)"
     if cat == "exc-type" and rc == "OverflowError" and oc == "IndexOutOfRange":

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import traceback
+import warnings
 
 import numpy as np
 
@@ -228,21 +229,29 @@ def main():
         for i, code in enumerate(prog["steps"]):
             out.write(json.dumps({"id": prog["id"], "i": i, "start": True}) + "\n")
             out.flush()
-            try:
+            # Warnings are recorded (by category) and compared: one that
+            # only ours emits is an error under -W error.
+            with warnings.catch_warnings(record=True) as ws:
+                warnings.simplefilter("always")
                 try:
-                    c = compile(code, "<step>", "eval")
-                    is_expr = True
-                except SyntaxError:
-                    c = compile(code, "<step>", "exec")
-                    is_expr = False
-                v = eval(c, ns)
-                r = enc(v) if is_expr else {"t": "ok"}
-                del v
-                gc.collect()
-            except BaseException as e:  # noqa
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                r = exc_enc(e)
+                    try:
+                        c = compile(code, "<step>", "eval")
+                        is_expr = True
+                    except SyntaxError:
+                        c = compile(code, "<step>", "exec")
+                        is_expr = False
+                    v = eval(c, ns)
+                    r = enc(v) if is_expr else {"t": "ok"}
+                    del v
+                    gc.collect()
+                except BaseException as e:  # noqa
+                    if isinstance(e, KeyboardInterrupt):
+                        raise
+                    r = exc_enc(e)
+            ws = [w for w in ws if not issubclass(w.category, ResourceWarning)]
+            if ws:
+                r["warn"] = sorted({w.category.__name__ for w in ws})
+                r["warnmsg"] = "; ".join(sorted({str(w.message)[:100] for w in ws}))[:300]
             out.write(json.dumps({"id": prog["id"], "i": i, "r": r}) + "\n")
             out.flush()
         cleanup(ns)
