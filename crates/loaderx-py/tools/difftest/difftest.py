@@ -1289,7 +1289,7 @@ HAND = {
         "rs[np.zeros((3, 0), np.int8)]", "rs[np.array(-1, np.int16)]", "rs.__getitems__(np.uint8(1))",
         "rs.__getitems__(True)", "ds.__getitems__(5)", "ds.__getitems__(np.int16(-1))",
         "ds.delete(np.array([[1, 2], [3, 4]], np.int16)[::-1, ::-1])", "ds[:8]",
-        "ds.delete(np.array([1], np.float16))", "ds.delete(np.ones((2, 97), bool))", "len(ds)",
+        "ds.delete(np.array([1], np.float16))", "ds.delete(np.arange(195).reshape(5, 39) % 3 == 0)", "len(ds)",
         "ds.delete(np.zeros((0, 3), bool))", "ds[:]",
         "rs.delete(np.ones((20, 10), bool)[::2].repeat(2, axis=0))", "len(rs)", "rs[:]",
     ],
@@ -1577,7 +1577,7 @@ def classify(m):
     if ("Sampler(" in step or ".seek(" in step) and (
             (cat == "ours-raises" and oc == "TypeError" and "must be an integer, got" in om
              and any(t in om for t in ("Fraction", "Decimal", "float32", "float16", "got J ")))
-            or (cat == "ours-accepts" and rc == "TypeError" and "__index__" in step)):
+            or (cat in ("ours-accepts", "exc-type") and rc == "TypeError" and "__index__" in step)):
         return "DOC: Sampler arguments are taken by __index__ (ref: by __int__, floats aside)"
     if cat == "value" and step.startswith("#shape"):
         return "DOC: IID/cyclic index streams differ"
@@ -1591,6 +1591,11 @@ def classify(m):
         # Same records; each side wrote its own compressed bytes (its own
         # zstd build, and train_dict's dictionaries differ by design).
         return "compressed byte counts differ between the writers (native vs native)"
+    if cat == "ours-raises" and oc == "IndexOutOfRange" and "invalid value encountered in cast" in \
+            r.get("warnmsg", ""):
+        # [2**64 - 1, -1] is a float64 array: the reference casts 1.8e19 to
+        # uint64 (a RuntimeWarning) and reads whatever record that gives.
+        return "ref bug: an index past 2**63 cast through float64 reads a wrong record (ours: IndexOutOfRange)"
     if cat == "ref-hang":
         return "ref hangs (ours ok)"
     if cat == "exc-type" and rc == "OverflowError" and oc == "IndexOutOfRange":
@@ -1635,7 +1640,8 @@ def classify(m):
 
 
 def compare_pair(pid, steps, rr, orr, label, findings, stats):
-    """Compare per step; record the first non-info mismatch per program."""
+    """Compare per step; record the first non-info mismatch per program.
+    Returns whether there was any (non-info) mismatch."""
     first = True
     for i, code in enumerate(steps):
         r = rr["steps"].get(i)
@@ -1662,6 +1668,7 @@ def compare_pair(pid, steps, rr, orr, label, findings, stats):
         if r is None or o is None or r.get("t") in ("hang",) or (r.get("t") or "").startswith("crash") \
                 or o.get("t") == "hang" or (o.get("t") or "").startswith("crash"):
             break
+    return not first
 
 
 def _py(impl):
@@ -1800,25 +1807,40 @@ def main():
     for p, w, r in crosses:
         compare_pair(p, w, res_ref[p], res_ours[p], "crosswrite", findings, stats)
         # same files, different reader
-        compare_pair(p, r, rd[("ref", "ref")][p], rd[("ref", "ours")][p], "crossread:ref-written", findings, stats)
-        compare_pair(p, r, rd[("ours", "ref")][p], rd[("ours", "ours")][p], "crossread:ours-written", findings, stats)
+        diverged = {
+            "ref": compare_pair(p, r, rd[("ref", "ref")][p], rd[("ref", "ours")][p], "crossread:ref-written",
+                                findings, stats),
+            "ours": compare_pair(p, r, rd[("ours", "ref")][p], rd[("ours", "ours")][p], "crossread:ours-written",
+                                 findings, stats)}
         # native vs native (catches format diffs that both sides read back consistently)
         compare_pair(p, r, rd[("ref", "ref")][p], rd[("ours", "ours")][p], "crossnative", findings, stats)
-        compare_pair(p, final, s3[("ref", "ref")][p], s3[("ref", "ours")][p], "crossback:ref-written,ours-modified,ref-reads", findings, stats)
-        compare_pair(p, final, s3[("ours", "ours")][p], s3[("ours", "ref")][p], "crossback:ours-written,ref-modified,ours-reads", findings, stats)
+        # Stage 3 only where both modifiers did the same in stage 2 (after a
+        # reported divergence the stores differ as a matter of course).
+        if not diverged["ref"]:
+            compare_pair(p, final, s3[("ref", "ref")][p], s3[("ref", "ours")][p],
+                         "crossback:ref-written,ours-modified,ref-reads", findings, stats)
+        else:
+            stats["crossback_skipped"] += 1
+        if not diverged["ours"]:
+            compare_pair(p, final, s3[("ours", "ours")][p], s3[("ours", "ref")][p],
+                         "crossback:ours-written,ref-modified,ours-reads", findings, stats)
+        else:
+            stats["crossback_skipped"] += 1
 
     # report
     lines = [f"programs={len(progs)} crosses={len(crosses)} steps_compared={stats['steps']} "
              f"time={elapsed:.0f}s distinct_mismatch_signatures={len(findings['mism'])} "
-             f"info_diffs={len(findings['info'])}"]
+             f"info_diffs={len(findings['info'])} crossback_skipped={stats['crossback_skipped']}"]
     groups = sorted(findings["mism"].items(), key=lambda kv: -len(kv[1]))
     klass = collections.Counter()
     for sig, exs in groups:
         for e in exs:
             klass[classify(e)] += 1
     lines.append("classes: " + json.dumps({str(k): v for k, v in klass.items()}, indent=1))
-    groups = [(sig, exs) for sig, exs in groups if classify(exs[0]) is None] + \
-             [(sig, exs) for sig, exs in groups if classify(exs[0]) is not None]
+    # A group with any unclassified example first, led by that example.
+    groups = [(sig, sorted(exs, key=lambda e: classify(e) is not None))
+              for sig, exs in groups if any(classify(e) is None for e in exs)] + \
+             [(sig, exs) for sig, exs in groups if all(classify(e) is not None for e in exs)]
     for sig, exs in groups:
         ex = exs[0]
         lines.append("=" * 100)
@@ -1848,8 +1870,9 @@ def main():
         json.dump(findings, f, indent=1, default=str)
     print("\n".join(lines[:2]))
     for sig, exs in groups:
-        if classify(exs[0]) is None:
-            print(f"  [{len(exs)}x] {sig}")
+        n = sum(classify(e) is None for e in exs)
+        if n:
+            print(f"  [{n}/{len(exs)}x unclassified] {sig}")
 
 
 if __name__ == "__main__":
