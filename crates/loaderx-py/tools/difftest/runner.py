@@ -8,6 +8,7 @@ RESULTS.jsonl one line per step ({"id", "i", "r"}), and a line
 {"id", "done": true} after each program, flushed, so a crash or hang
 identifies the program and step.
 """
+import copy
 import gc
 import hashlib
 import json
@@ -221,7 +222,7 @@ def main():
                 ZrecordError=ZrecordError, DICT_TIERS=DICT_TIERS, Sampler=Sampler,
                 DataLoader=DataLoader, train_dict=train_dict, loaderx=loaderx,
                 zrecord=zrecord, enc=enc, mk=mk, dirprint=dirprint, os=os,
-                layout=layout, bmask=bmask, iarr=iarr)
+                layout=layout, bmask=bmask, iarr=iarr, copy=copy)
     for prog in progs[start:]:
         os.makedirs(prog["dir"], exist_ok=True)
         os.chdir(prog["dir"])
