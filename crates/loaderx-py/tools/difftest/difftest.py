@@ -1759,7 +1759,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "loaderx-difftest"),
                     help="work folder; report.txt and report.json are written here")
     args = ap.parse_args()
-    global REF_PY, OURS_PY, OURS_PATH, WORK, OUT
+    global REF_PY, OURS_PY, OURS_PATH, WORK, OUT, RUNNER
     # The runners start in the work folder: paths given relative to here.
     here = lambda p: os.path.abspath(p) if p and os.sep in p else p  # noqa: E731
     REF_PY, OURS_PY, OURS_PATH = here(args.ref), here(args.ours), here(args.ours_path)
@@ -1768,6 +1768,10 @@ def main():
     rng = random.Random(args.seed)
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
+    # Every runner process of this run (restarts after a crash or hang,
+    # stages 2 and 3) runs this copy: an edit of runner.py meanwhile
+    # would otherwise reach one side only.
+    RUNNER = shutil.copy(RUNNER, os.path.join(WORK, "runner.py"))
 
     progs = []  # (pid, kind, steps)
     pid = 0
