@@ -1292,7 +1292,9 @@ HAND = {
         "ds[np.array([1, 2], dtype=np.float16)]", "ds[np.array([1, 2], dtype=np.float32)]",
         "ds[np.array([1, 2], dtype=np.longdouble)]", "ds[np.array([1, 2], dtype='m8[s]')]",
         "ds[np.array([True, 1], dtype=object)]", "ds[np.array([1, 2], dtype=object)[::-1]]",
-        "ds[[2**64 - 1, -1]]", "ds[np.array([np.inf], np.float16)]",
+        "ds[[2**64 - 1, -1]]", "ds[np.array([np.inf], np.float16)]", "ds[[np.uint64(2**64 - 1), 1]]",
+        "ds[np.array([np.uint64(2**64 - 1)], dtype=object)]", "ds[np.array([np.int8(-1)], dtype=object)]",
+        "ds[np.array([1.0], dtype=object)]", "ds[np.array([np.float32(1.5)], dtype=object)]",
         "rs[np.array([[1, 2], [3, 4]], np.uint16).T]", "rs[np.int8(-1)]", "rs[[np.int8(-1), np.uint64(0)]]",
         "rs[np.zeros((3, 0), np.int8)]", "rs[np.array(-1, np.int16)]", "rs.__getitems__(np.uint8(1))",
         "rs.__getitems__(True)", "ds.__getitems__(5)", "ds.__getitems__(np.int16(-1))",
@@ -1624,8 +1626,8 @@ def classify(m):
     if cat == "exc-type" and rc == "OverflowError" and oc == "IndexOutOfRange":
         return "huge int index: ref OverflowError, ours IndexOutOfRange"
     if oc == "InvalidIndex" and cat in ("ours-raises", "exc-type") and (
-            "(bool) is not an integer" in om or "timedelta64" in om):
-        return "DOC: a bool in an object index array, a timedelta64 index array refused (ref casts them)"
+            "(bool) is not an integer" in om or "(float" in om or "timedelta64" in om):
+        return "DOC: a bool or float in an object index array, a timedelta64 index array refused (ref casts them)"
     if oc == "InvalidIndex" and cat == "exc-type" and "TypeError" in r.get("mro", []):
         # e.g. a string index: NumPy's UFuncTypeError there (from min()),
         # InvalidIndex here, both TypeErrors
