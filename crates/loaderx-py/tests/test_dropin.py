@@ -6,6 +6,7 @@ reference), so they pin the reference's behaviour, not ours alone."""
 
 import copy
 import gc
+import warnings
 
 import numpy as np
 import pytest
@@ -221,3 +222,18 @@ def test_closing_a_shallow_copy_closes_the_shared_handle():
     with pytest.raises(StoreClosed):
         len(ds)
     assert len(DenseStore("d")) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_a_float_index_array_reads_without_a_warning(dtype):
+    """Session 13: a float16 index array raised NumPy's "overflow
+    encountered in cast" RuntimeWarning here (an error under ``-W
+    error``): the range check compared it with the Python float 2**63,
+    which NumPy 2 casts to float16. The reference reads it silently."""
+    with DenseStore("d", np.int32, ()) as ds:
+        ds.append(np.arange(10, dtype=np.int32))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            np.testing.assert_array_equal(ds[np.array([1, 2], dtype)], [1, 2])
+            ds.delete(np.array([0], dtype))
+        assert len(ds) == 9

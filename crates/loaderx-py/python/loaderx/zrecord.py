@@ -227,7 +227,11 @@ def _integral(idxs, where=""):
         if not whole.all():
             bad = idxs[~whole].flat[0].item()
             raise IndexError(f"record index {bad!r} is not a whole number")
-        big = np.abs(idxs) >= 2.0**63  # would not fit int64 (astype wraps)
+        # Would not fit int64 (astype wraps). The bound is a float64
+        # scalar, not a Python float: NumPy 2 casts a Python float to the
+        # array's dtype, and 2**63 overflows float16 (a RuntimeWarning on
+        # every float16 index array, an error under -W error).
+        big = np.abs(idxs) >= np.float64(2.0**63)
         if big.any():
             raise IndexOutOfRange(
                 None, f"{where}record index {idxs[big].flat[0].item()!r} is out of range")

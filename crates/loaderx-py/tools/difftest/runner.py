@@ -8,12 +8,15 @@ RESULTS.jsonl one line per step ({"id", "i", "r"}), and a line
 {"id", "done": true} after each program, flushed, so a crash or hang
 identifies the program and step.
 """
+import copy
 import gc
 import hashlib
 import json
 import os
+import re
 import sys
 import traceback
+import warnings
 
 import numpy as np
 
@@ -42,6 +45,17 @@ def canon_bytes(v):
     return np.ascontiguousarray(v).tobytes()
 
 
+def field_sha(v):
+    """sha of a structured array's values without the reference's filler
+    fields (a padded dtype read back there has 'f1', 'f3', ... void fields
+    standing for its padding; here it keeps its offsets): the same for
+    both packages when the records are."""
+    names = [n for n in v.dtype.names
+             if not (re.fullmatch(r"f\d+", n) and v.dtype.fields[n][0].kind == "V")]
+    b = b"".join(canon_bytes(np.ascontiguousarray(v[n])) for n in names)
+    return hashlib.sha1(b).hexdigest()[:16]
+
+
 def enc(v, depth=0):
     if depth > 6:
         return {"t": "deep"}
@@ -55,7 +69,8 @@ def enc(v, depth=0):
         return {"t": "nd", "cls": type(v).__name__, "dtype": str(v.dtype), "dstr": v.dtype.str,
                 "itemsize": v.dtype.itemsize, "shape": list(v.shape),
                 "sha": hashlib.sha1(b).hexdigest()[:16], "nbytes": len(b),
-                "w": bool(v.flags.writeable), "c": bool(v.flags.c_contiguous)}
+                "w": bool(v.flags.writeable), "c": bool(v.flags.c_contiguous),
+                **({"fsha": field_sha(v)} if v.dtype.names else {})}
     if isinstance(v, np.generic):
         return {"t": "nps", "cls": type(v).__name__, "dtype": str(v.dtype),
                 "bytes": canon_bytes(np.asarray(v)).hex()[:64]}
@@ -105,6 +120,102 @@ def mk(dt, n, shape, seed=0, hi=256):
     return np.frombuffer(bytearray(raw), dtype=dt).reshape((n, *shape))
 
 
+def _divisor(s, g):
+    """A divisor of s (s > 0), picked by g; 1 or s when s is prime."""
+    ds = [d for d in range(1, s + 1) if s % d == 0]
+    return ds[int(g.integers(0, len(ds)))]
+
+
+def layout(a, form, seed=0):
+    """The 1-D array `a` in another layout with the same size (so a mask
+    of the store's length stays one): N-D shapes, non-contiguous and
+    negative-stride views, zero strides, 0-d, Python containers. Index
+    and mask generators of difftest.py (seeded, so both sides get the
+    same object)."""
+    g = np.random.default_rng(seed)
+    s = a.size
+    if form == "1d":
+        return a
+    if form == "col":
+        return a.reshape(s, 1)
+    if form == "row":
+        return a.reshape(1, s)
+    if form == "2d":
+        d = _divisor(s, g) if s else 0
+        return a.reshape((d, s // d) if s else (int(g.integers(0, 3)), 0))
+    if form == "3d":
+        d = _divisor(s, g) if s else 1
+        return a.reshape((1, d, s // d) if s else (2, 0, 3))
+    if form == "T":
+        d = _divisor(s, g) if s else 1
+        return a.reshape(d, s // d).T if s else a.reshape(0, 2).T
+    if form == "rev":
+        return a[::-1]
+    if form == "rev2d":
+        d = _divisor(s, g) if s else 1
+        return a.reshape(d, s // d)[::-1, ::-1] if s else a
+    if form == "strided":
+        b = np.zeros(2 * s, a.dtype)
+        b[::2] = a
+        return b[::2]
+    if form == "strided2d":
+        d = _divisor(s, g) if s else 1
+        b = np.zeros((d, 2 * (s // d)), a.dtype) if s else np.zeros((1, 0), a.dtype)
+        b[:, ::2] = a.reshape(b[:, ::2].shape)
+        return b[:, ::2]
+    if form == "fortran":
+        d = _divisor(s, g) if s else 1
+        return np.asfortranarray(a.reshape(d, s // d)) if s else a
+    if form == "bcast":
+        # zero strides: every entry is the first one
+        return np.broadcast_to(a[:1], (s,)) if s else a
+    if form == "0d":
+        return a.reshape(()) if s == 1 else a
+    if form == "list":
+        return a.tolist()
+    if form == "nested":
+        d = _divisor(s, g) if s else 1
+        return a.reshape(d, s // d).tolist() if s else []
+    if form == "tuple":
+        return tuple(a.tolist())
+    if form == "npscalars":
+        return list(a)  # NumPy scalars of a's dtype
+    if form == "mixed":
+        return [x if k % 2 else x.item() for k, x in enumerate(a)]
+    if form == "unaligned":
+        b = np.zeros(a.nbytes + 1, np.uint8)[1:].view(a.dtype)
+        b[:] = a
+        return b
+    if form == "readonly":
+        b = a.copy()
+        b.flags.writeable = False
+        return b
+    raise ValueError(form)
+
+
+def bmask(n, seed, form="1d", p=0.5, delta=0):
+    """A boolean mask of n + delta entries (seeded), in layout `form`."""
+    g = np.random.default_rng(seed)
+    m = g.random(max(0, n + delta)) < p
+    return layout(m, form, seed)
+
+
+def iarr(n, seed, k, dt="i8", form="1d", neg=True, oob=0):
+    """k record indices into n records (negatives too, where `neg` and the
+    dtype is signed), of dtype `dt` in layout `form`; oob > 0 puts one
+    index oob past the end (or before the start, for odd oob)."""
+    g = np.random.default_rng(seed)
+    dt = np.dtype(dt)
+    info = np.iinfo(dt)
+    lo = -n if (neg and dt.kind == "i") else 0
+    hi = max(n, 1)
+    v = g.integers(lo, hi, k) if k else np.zeros(0, np.int64)
+    if oob and k:
+        v[int(g.integers(0, k))] = (-n - oob) if (oob % 2 and dt.kind == "i") else n - 1 + oob
+    v = np.clip(v, info.min, info.max)
+    return layout(v.astype(dt), form, seed)
+
+
 def cleanup(ns):
     for v in list(ns.values()):
         try:
@@ -123,7 +234,8 @@ def main():
     base = dict(np=np, DenseStore=DenseStore, RaggedStore=RaggedStore,
                 ZrecordError=ZrecordError, DICT_TIERS=DICT_TIERS, Sampler=Sampler,
                 DataLoader=DataLoader, train_dict=train_dict, loaderx=loaderx,
-                zrecord=zrecord, enc=enc, mk=mk, dirprint=dirprint, os=os)
+                zrecord=zrecord, enc=enc, mk=mk, dirprint=dirprint, os=os,
+                layout=layout, bmask=bmask, iarr=iarr, copy=copy)
     for prog in progs[start:]:
         os.makedirs(prog["dir"], exist_ok=True)
         os.chdir(prog["dir"])
@@ -131,21 +243,29 @@ def main():
         for i, code in enumerate(prog["steps"]):
             out.write(json.dumps({"id": prog["id"], "i": i, "start": True}) + "\n")
             out.flush()
-            try:
+            # Warnings are recorded (by category) and compared: one that
+            # only ours emits is an error under -W error.
+            with warnings.catch_warnings(record=True) as ws:
+                warnings.simplefilter("always")
                 try:
-                    c = compile(code, "<step>", "eval")
-                    is_expr = True
-                except SyntaxError:
-                    c = compile(code, "<step>", "exec")
-                    is_expr = False
-                v = eval(c, ns)
-                r = enc(v) if is_expr else {"t": "ok"}
-                del v
-                gc.collect()
-            except BaseException as e:  # noqa
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                r = exc_enc(e)
+                    try:
+                        c = compile(code, "<step>", "eval")
+                        is_expr = True
+                    except SyntaxError:
+                        c = compile(code, "<step>", "exec")
+                        is_expr = False
+                    v = eval(c, ns)
+                    r = enc(v) if is_expr else {"t": "ok"}
+                    del v
+                    gc.collect()
+                except BaseException as e:  # noqa
+                    if isinstance(e, KeyboardInterrupt):
+                        raise
+                    r = exc_enc(e)
+            ws = [w for w in ws if not issubclass(w.category, ResourceWarning)]
+            if ws:
+                r["warn"] = sorted({w.category.__name__ for w in ws})
+                r["warnmsg"] = "; ".join(sorted({str(w.message)[:100] for w in ws}))[:300]
             out.write(json.dumps({"id": prog["id"], "i": i, "r": r}) + "\n")
             out.flush()
         cleanup(ns)
