@@ -556,14 +556,17 @@ class _Base:
 
     def delete(self, idx):
         """Remove records, keeping the index space dense (swap-last: a
-        survivor's index may change). Normalized like reads. Must not run
-        concurrently with reads."""
+        survivor's index may change). Normalized like reads. Gathers
+        through this handle from other threads wait while it runs; one
+        racing it reads each record whole, at its old or its new index (or
+        raises ``IndexOutOfRange`` for an index past the new length)."""
         idxs = self._idxs(idx)
         self._open().delete(idxs)
 
     def compact(self):
         """Reclaim the space left behind by :meth:`delete`, in place.
-        Offline: nothing else may touch the store while it runs."""
+        Offline: gathers through this handle from other threads wait until
+        it finishes (no other handle can hold the store meanwhile)."""
         self._open().compact()
 
     def stats(self):
