@@ -1,7 +1,9 @@
 """The exception hierarchy of the store layer.
 
-Every native failure is a :class:`ZrecordError` (a ``RuntimeError``, as in
-loaderx 1.7.2) carrying the reference's numeric ``code``. Each kind of failure
+Every native store failure is a :class:`ZrecordError` (a ``RuntimeError``,
+as in loaderx 1.7.2) carrying the reference's numeric ``code``; an invalid
+argument the native layer refuses (``level=`` on a raw store, say) is a
+plain ``ValueError``. Each kind of failure
 is its own subclass, and where Python has a natural builtin for it the subclass
 also derives from that builtin: an out-of-range index is an ``IndexError``, a
 missing store a ``FileNotFoundError``, a read-only store a ``PermissionError``.
