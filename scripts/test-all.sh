@@ -25,3 +25,6 @@ cargo run --locked -q -p examples --bin quickstart
 
 step "python wheel (maturin) + pytest, with interop against loaderx 1.7.2, then the shared tests on loaderx 1.7.2 itself"
 scripts/py-test.sh --ref
+
+step "pip install . (the README's install command) into a fresh venv"
+scripts/pip-install-check.sh
