@@ -1,9 +1,10 @@
 //! Guards the rule that a bad argument to the engine gets an error naming
-//! the field at fault: the engine's config check once printed the whole
-//! config's `Debug` ("engine config out of range: EngineConfig { vfs: ...
-//! }"), leaving the reader to find the bad field.
+//! what is wrong, never a crash: the engine's config check once printed the
+//! whole config's `Debug` ("engine config out of range: EngineConfig { vfs:
+//! ... }"), and dictionary training on a few one-byte samples killed the
+//! process inside zstd.
 
-use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, Error};
+use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, Error, train_dictionary};
 
 /// Regression: an out-of-range field was reported as the whole config.
 #[test]
@@ -26,4 +27,38 @@ fn an_out_of_range_engine_config_names_the_field_and_its_value() {
         assert!(!m.contains("vfs"), "{m}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{m}");
     }
+}
+
+/// Regression: zstd 1.5.7 trains on the first 3/4 of the samples after
+/// checking only their total size; under 8 bytes there it divided by zero
+/// (10 one-byte samples: SIGFPE) or read out of bounds (8 or 9: SIGSEGV),
+/// killing the process (the Python interpreter with it).
+#[test]
+fn training_on_samples_too_small_for_zstd_errs_instead_of_crashing() {
+    let cases: [&[usize]; 5] = [
+        &[1; 8],
+        &[1; 9],
+        &[1; 10],
+        &[1, 1, 1, 1, 1, 1, 100, 100],
+        &[0, 0, 0, 0, 0, 0, 0, 8, 8, 8],
+    ];
+    for sizes in cases {
+        let total: usize = sizes.iter().sum();
+        let samples: Vec<u8> = (0..total).map(|i| (i * 7 % 13) as u8).collect();
+        for max_size in [256, 32 << 10] {
+            let e = train_dictionary(&samples, sizes, max_size).unwrap_err();
+            assert!(
+                matches!(e, Error::DictionaryTraining { samples, bytes, .. }
+                    if samples == sizes.len() && bytes == total),
+                "{sizes:?}: {e:?}"
+            );
+            let m = e.to_string();
+            assert!(m.contains("the part zstd trains on"), "{sizes:?}: {m}");
+        }
+    }
+    // What zstd refuses itself still says so.
+    let m = train_dictionary(&[7; 4], &[1; 4], 256)
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("zstd says: "), "{m}");
 }

@@ -121,3 +121,15 @@ fn dictionary_training_on_an_empty_store_names_it() {
     let d = DenseStore::<f32>::open_with(&dense, &OpenOptions::read_only()).unwrap();
     assert_eq!(d.len(), 1);
 }
+
+/// Regression: ten one-byte records (say, single-character labels) killed
+/// the process with SIGFPE inside zstd's trainer.
+#[test]
+fn training_on_a_few_one_byte_records_errs_instead_of_crashing() {
+    for n in [8, 9, 10] {
+        let recs = vec![&b"a"[..]; n];
+        let e = train_dict(DictSource::records(recs), DictTier::Fast).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains(&format!("on {n} samples of {n} bytes")), "{m}");
+    }
+}
