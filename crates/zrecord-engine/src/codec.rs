@@ -229,9 +229,12 @@ impl CodecState {
             ));
         }
         let level = level.unwrap_or(codec.default_level());
-        if codec != Codec::Raw && !zstd::compression_level_range().contains(&level) {
+        let range = zstd::compression_level_range();
+        if codec != Codec::Raw && !range.contains(&level) {
             return Err(Error::InvalidArgument(format!(
-                "compression level {level} is outside zstd's range"
+                "compression level {level} is outside zstd's range {}..={}",
+                range.start(),
+                range.end()
             )));
         }
         let (cdict, ddict) = match (&dictionary, codec) {

@@ -62,3 +62,52 @@ fn training_on_samples_too_small_for_zstd_errs_instead_of_crashing() {
         .to_string();
     assert!(m.contains("zstd says: "), "{m}");
 }
+
+/// Regression: a group past the end was reported as "record index 5 is out
+/// of range for a store of 1 records" for a store of 3 records in groups of
+/// 3: a group number called a record index, the group count called the
+/// store's length.
+#[test]
+fn a_group_past_the_end_is_named_as_a_group_with_the_store_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = Engine::create(dir.path(), &CreateOptions::new(Codec::Raw)).unwrap();
+    e.append_fixed(&[7u8; 12], 4).unwrap();
+    let m = e.delete_groups(&[5], 3).unwrap_err().to_string();
+    assert!(m.contains("group 5"), "{m}");
+    assert!(m.contains("3 records make 1 groups of 3"), "{m}");
+    let m = e.delete(&[5]).unwrap_err().to_string();
+    assert!(
+        m.contains("index 5") && m.contains("store of 3 records"),
+        "{m}"
+    );
+    assert_eq!(e.len(), 3);
+}
+
+/// Regression: "compression level 1000 is outside zstd's range" did not
+/// say what the range is.
+#[test]
+fn a_level_outside_zstds_range_names_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = Engine::create(dir.path(), &CreateOptions::new(Codec::Zstd)).unwrap();
+    let range = zstd_range();
+    for level in [1000, i32::MIN] {
+        let m = e.set_level(level).unwrap_err().to_string();
+        assert!(m.contains(&format!("{level}")), "{m}");
+        assert!(m.contains(&range), "{m}");
+    }
+    let opts = CreateOptions {
+        level: Some(99),
+        ..CreateOptions::new(Codec::Zstd)
+    };
+    let m = Engine::create(dir.path().join("s"), &opts)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(m.contains("99") && m.contains(&range), "{m}");
+}
+
+/// zstd's level range as the message spells it.
+fn zstd_range() -> String {
+    let r = zstd::compression_level_range();
+    format!("{}..={}", r.start(), r.end())
+}
