@@ -133,3 +133,20 @@ fn training_on_a_few_one_byte_records_errs_instead_of_crashing() {
         assert!(m.contains(&format!("on {n} samples of {n} bytes")), "{m}");
     }
 }
+
+/// Regression: an `NpyArray` whose data does not fit its shape converted
+/// with "invalid argument: ShapeError/OutOfBounds: out of bounds indexing",
+/// naming neither the shape nor the sizes.
+#[test]
+fn an_npy_array_whose_data_misfits_its_shape_says_both_sizes() {
+    let a = zrecord::npy::NpyArray {
+        dtype: DType::parse("<f4").unwrap(),
+        shape: vec![2, 3],
+        data: vec![0u8; 7],
+    };
+    let m = a.into_typed::<f32>().unwrap_err().to_string();
+    assert!(
+        m.contains("[2, 3]") && m.contains("24 bytes") && m.contains("holds 7"),
+        "{m}"
+    );
+}
