@@ -108,12 +108,12 @@ fn a_loader_over_empty_streams_names_them() {
         .unwrap();
     let y =
         RaggedStore::<u8>::create(dir.path().join("y"), &CreateOptions::new(Codec::Raw)).unwrap();
-    let e = DataLoader::new(
+    let Err(e) = DataLoader::new(
         [("images", Stream::from(x)), ("tokens", Stream::from(y))],
         LoaderOptions::default(),
-    )
-    .err()
-    .expect("empty streams are refused");
+    ) else {
+        panic!("empty streams are refused");
+    };
     assert!(matches!(e, Error::EmptyStreams { .. }), "{e:?}");
     let m = e.to_string();
     assert!(

@@ -9,7 +9,8 @@ use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, Error, train_di
 /// Regression: an out-of-range field was reported as the whole config.
 #[test]
 fn an_out_of_range_engine_config_names_the_field_and_its_value() {
-    let cases: [(&str, fn(&mut EngineConfig)); 3] = [
+    type Spoil = fn(&mut EngineConfig);
+    let cases: [(&str, Spoil); 3] = [
         ("chunk_capacity is 1", |c| c.chunk_capacity = 1),
         ("loc_segment_entries is 0", |c| c.loc_segment_entries = 0),
         ("flush_bytes is 0", |c| c.flush_bytes = 0),
@@ -18,9 +19,9 @@ fn an_out_of_range_engine_config_names_the_field_and_its_value() {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = EngineConfig::default();
         spoil(&mut cfg);
-        let e = Engine::create_with(dir.path(), &CreateOptions::new(Codec::Raw), cfg)
-            .err()
-            .expect("the config is refused");
+        let Err(e) = Engine::create_with(dir.path(), &CreateOptions::new(Codec::Raw), cfg) else {
+            panic!("the config is refused");
+        };
         assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
         let m = e.to_string();
         assert!(m.contains(want), "{m}");
@@ -99,10 +100,10 @@ fn a_level_outside_zstds_range_names_the_range() {
         level: Some(99),
         ..CreateOptions::new(Codec::Zstd)
     };
-    let m = Engine::create(dir.path().join("s"), &opts)
-        .err()
-        .expect("refused")
-        .to_string();
+    let Err(e) = Engine::create(dir.path().join("s"), &opts) else {
+        panic!("level 99 is refused");
+    };
+    let m = e.to_string();
     assert!(m.contains("99") && m.contains(&range), "{m}");
 }
 
