@@ -47,6 +47,13 @@ pub enum Error {
         lengths: Vec<(String, u64)>,
     },
 
+    /// The streams hold no records: there is nothing to sample.
+    #[error("the streams hold no records, got {}: there is nothing to sample", Lengths(.lengths))]
+    EmptyStreams {
+        /// Every stream's name and length (all 0), in the order given.
+        lengths: Vec<(String, u64)>,
+    },
+
     /// An option is out of range (names the option).
     #[error("invalid loader option {option}: {detail}")]
     Config {

@@ -210,11 +210,11 @@ impl<O: Send + 'static> DataLoader<O> {
     /// # Errors
     /// [`Error::NoStreams`], [`Error::DuplicateStream`],
     /// [`Error::UnequalLengths`] (listing every stream's length),
+    /// [`Error::EmptyStreams`] when they hold no records,
     /// [`Error::Config`] for a zero prefetch depth, a count past its
     /// maximum or a batch whose buffers cannot be allocated (`batch_size`,
     /// naming the stream, or the batch's indices), and [`Error::Sampler`]
-    /// for a zero or oversized
-    /// batch, an empty store or a bad shard.
+    /// for a zero or oversized batch or a bad shard.
     pub fn with_transform<N, F, E>(
         streams: impl IntoIterator<Item = (N, Stream)>,
         opts: LoaderOptions,
@@ -243,6 +243,9 @@ impl<O: Send + 'static> DataLoader<O> {
         let n = lengths[0].1;
         if lengths.iter().any(|(_, l)| *l != n) {
             return Err(Error::UnequalLengths { lengths });
+        }
+        if n == 0 {
+            return Err(Error::EmptyStreams { lengths });
         }
         if opts.prefetch == 0 {
             return Err(Error::Config {

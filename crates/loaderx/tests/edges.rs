@@ -98,6 +98,30 @@ fn zero_size_dense_items_are_refused_before_a_loader_sees_them() {
 /// A panic is reported as `TransformPanicked` at its step whatever the
 /// worker count and order, with a non-string payload too, and the loader
 /// then ends.
+/// Regression: a loader over empty stores failed with the sampler's "the
+/// index space is empty (n = 0): there is nothing to sample", naming no
+/// stream.
+#[test]
+fn a_loader_over_empty_streams_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = DenseStore::<f32>::create(dir.path().join("x"), &[2], &CreateOptions::new(Codec::Raw))
+        .unwrap();
+    let y =
+        RaggedStore::<u8>::create(dir.path().join("y"), &CreateOptions::new(Codec::Raw)).unwrap();
+    let Err(e) = DataLoader::new(
+        [("images", Stream::from(x)), ("tokens", Stream::from(y))],
+        LoaderOptions::default(),
+    ) else {
+        panic!("empty streams are refused");
+    };
+    assert!(matches!(e, Error::EmptyStreams { .. }), "{e:?}");
+    let m = e.to_string();
+    assert!(
+        m.contains(r#""images": 0"#) && m.contains(r#""tokens": 0"#),
+        "{m}"
+    );
+}
+
 #[test]
 fn a_transform_panic_is_reported_at_its_step_in_every_configuration() {
     let dir = tempfile::tempdir().unwrap();

@@ -131,13 +131,39 @@ pub fn train_dictionary(samples: &[u8], sizes: &[usize], max_size: usize) -> Res
             "dictionary training needs samples and a nonzero size".into(),
         ));
     }
-    zstd::dict::from_continuous(samples, sizes, max_size).map_err(|e| Error::DictionaryTraining {
+    let refuse = |reason: String| Error::DictionaryTraining {
         samples: sizes.len(),
         bytes: total,
         dict_size: max_size,
-        reason: e.to_string(),
-    })
+        reason,
+    };
+    // zstd 1.5.7's trainer (fastCover) checks only the total size, then
+    // trains on the first 3/4 of the samples: when those hold fewer than 8
+    // bytes it divides by zero (SIGFPE) or reads out of bounds (a SIGSEGV,
+    // zstd issue #4499), e.g. for 8 to 10 one-byte samples. Refuse those
+    // here; whatever zstd itself refuses still reaches it.
+    let trained = (sizes.len() as f64 * ZDICT_SPLIT_POINT) as usize;
+    let trained_bytes: usize = sizes[..trained].iter().sum();
+    if (ZDICT_MIN_TRAINED_SAMPLES..).contains(&trained)
+        && total >= ZDICT_MIN_TRAINED_BYTES
+        && trained_bytes < ZDICT_MIN_TRAINED_BYTES
+    {
+        return Err(refuse(format!(
+            "the first {trained} samples, the part zstd trains on, hold {trained_bytes} bytes, \
+             under its minimum of {ZDICT_MIN_TRAINED_BYTES}"
+        )));
+    }
+    zstd::dict::from_continuous(samples, sizes, max_size)
+        .map_err(|e| refuse(format!("zstd says: {e}")))
 }
+
+/// The share of the samples zstd's `ZDICT_trainFromBuffer` trains on (the
+/// rest tests the dictionary): fastCover's default split point.
+const ZDICT_SPLIT_POINT: f64 = 0.75;
+/// Fewer trained samples than this, and zstd refuses the input itself.
+const ZDICT_MIN_TRAINED_SAMPLES: usize = 5;
+/// fastCover's d-mer size (8): the trained samples must hold at least one.
+const ZDICT_MIN_TRAINED_BYTES: usize = 8;
 
 /// Where a dictionary handed to [`CodecState::new`] came from, so a
 /// dictionary zstd cannot load is blamed on the caller or on the store file.
@@ -203,9 +229,12 @@ impl CodecState {
             ));
         }
         let level = level.unwrap_or(codec.default_level());
-        if codec != Codec::Raw && !zstd::compression_level_range().contains(&level) {
+        let range = zstd::compression_level_range();
+        if codec != Codec::Raw && !range.contains(&level) {
             return Err(Error::InvalidArgument(format!(
-                "compression level {level} is outside zstd's range"
+                "compression level {level} is outside zstd's range {}..={}",
+                range.start(),
+                range.end()
             )));
         }
         let (cdict, ddict) = match (&dictionary, codec) {

@@ -66,13 +66,27 @@ impl Default for EngineConfig {
 
 impl EngineConfig {
     fn validate(&self) -> Result<()> {
-        if !(2..=CHUNK_CAPACITY).contains(&self.chunk_capacity)
-            || !(1..=LOC_SEGMENT_ENTRIES).contains(&self.loc_segment_entries)
-            || self.flush_bytes == 0
-        {
-            return Err(Error::InvalidArgument(format!(
-                "engine config out of range: {self:?}"
-            )));
+        let out_of_range = |field: &str, value: u64, range: String| {
+            Err(Error::InvalidArgument(format!(
+                "engine config {field} is {value}, outside {range}"
+            )))
+        };
+        if !(2..=CHUNK_CAPACITY).contains(&self.chunk_capacity) {
+            return out_of_range(
+                "chunk_capacity",
+                self.chunk_capacity,
+                format!("2..={CHUNK_CAPACITY}"),
+            );
+        }
+        if !(1..=LOC_SEGMENT_ENTRIES).contains(&self.loc_segment_entries) {
+            return out_of_range(
+                "loc_segment_entries",
+                self.loc_segment_entries,
+                format!("1..={LOC_SEGMENT_ENTRIES}"),
+            );
+        }
+        if self.flush_bytes == 0 {
+            return out_of_range("flush_bytes", 0, "1..".into());
         }
         Ok(())
     }

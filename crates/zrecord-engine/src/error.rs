@@ -157,7 +157,7 @@ pub enum Error {
     /// them, too small in all, or too little shared content for the size
     /// asked.
     #[error(
-        "cannot train a {dict_size}-byte zstd dictionary on {samples} samples of {bytes} bytes in all (zstd says: {reason}); give more or larger samples (zstd needs at least 7 samples, and trains best on about 100 times the dictionary size in all), ask for a smaller dictionary (a smaller tier), or use the plain zstd codec, which needs no dictionary"
+        "cannot train a {dict_size}-byte zstd dictionary on {samples} samples of {bytes} bytes in all ({reason}); give more or larger samples (zstd needs at least 7 samples, and trains best on about 100 times the dictionary size in all), ask for a smaller dictionary (a smaller tier), or use the plain zstd codec, which needs no dictionary"
     )]
     DictionaryTraining {
         /// Number of samples given.
@@ -166,7 +166,8 @@ pub enum Error {
         bytes: usize,
         /// The largest dictionary asked for, in bytes.
         dict_size: usize,
-        /// zstd's own error.
+        /// Why: zstd's own error ("zstd says: ..."), or what was refused
+        /// before zstd saw it.
         reason: String,
     },
     /// A buffer could not be allocated: the allocator refused, or the size

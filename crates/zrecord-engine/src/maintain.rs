@@ -39,11 +39,13 @@ impl Engine {
         }
         let ngroups = len / k;
         for &g in groups {
+            if g >= ngroups && k == 1 {
+                return Err(Error::IndexOutOfRange { index: g, len });
+            }
             if g >= ngroups {
-                return Err(Error::IndexOutOfRange {
-                    index: g,
-                    len: ngroups,
-                });
+                return Err(Error::InvalidArgument(format!(
+                    "group {g} is out of range: the store's {len} records make {ngroups} groups of {k}"
+                )));
             }
         }
         let mut order = groups.to_vec();

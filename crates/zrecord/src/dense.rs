@@ -169,11 +169,15 @@ impl DenseCore {
     /// layout). Returns the index of the first new record.
     pub fn append_bytes(&self, data: &[u8]) -> Result<u64> {
         if data.is_empty() {
-            return Err(Error::invalid("append needs at least one record"));
+            return Err(Error::invalid(format!(
+                "append to {} needs at least one record",
+                self.path().display()
+            )));
         }
         if !data.len().is_multiple_of(self.record_bytes) {
             return Err(Error::invalid(format!(
-                "{} bytes are not a whole number of {}-byte records",
+                "append to {}: {} bytes are not a whole number of {}-byte records",
+                self.path().display(),
                 data.len(),
                 self.record_bytes
             )));
@@ -196,7 +200,8 @@ impl DenseCore {
         let need = store::nbytes(shape, self.dtype.itemsize());
         if need != Some(data.len() as u64) {
             return Err(Error::invalid(format!(
-                "shape {shape:?} of {} needs {}, {} given",
+                "append to {}: shape {shape:?} of {} needs {}, {} given",
+                self.path().display(),
                 self.dtype,
                 store::show_nbytes(need),
                 data.len()

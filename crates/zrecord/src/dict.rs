@@ -269,7 +269,12 @@ pub fn train_dict(source: DictSource<'_>, tier: DictTier) -> Result<Vec<u8>> {
 fn pack_samples(source: DictSource<'_>, tier: DictTier) -> Result<(Vec<u8>, Vec<usize>)> {
     match source {
         DictSource::Array { data, record_bytes } => {
-            if record_bytes == 0 || !data.len().is_multiple_of(record_bytes) {
+            if record_bytes == 0 {
+                return Err(Error::invalid(
+                    "train_dict on an array needs record_bytes of at least 1, got 0",
+                ));
+            }
+            if !data.len().is_multiple_of(record_bytes) {
                 return Err(Error::invalid(format!(
                     "{} bytes are not a whole number of {record_bytes}-byte records",
                     data.len()
@@ -292,9 +297,10 @@ fn pack_samples(source: DictSource<'_>, tier: DictTier) -> Result<(Vec<u8>, Vec<
         DictSource::Dense(core) => {
             let n = core.len();
             if n == 0 {
-                return Err(Error::invalid(
-                    "cannot train a zstd dictionary on an empty store",
-                ));
+                return Err(Error::invalid(format!(
+                    "cannot train a zstd dictionary on the empty store {}",
+                    core.path().display()
+                )));
             }
             let rb = core.record_bytes();
             let idx = strided(n, sample_count(n, rb as u64, tier));
@@ -305,9 +311,10 @@ fn pack_samples(source: DictSource<'_>, tier: DictTier) -> Result<(Vec<u8>, Vec<
         DictSource::Ragged(core) => {
             let n = core.len();
             if n == 0 {
-                return Err(Error::invalid(
-                    "cannot train a zstd dictionary on an empty store",
-                ));
+                return Err(Error::invalid(format!(
+                    "cannot train a zstd dictionary on the empty store {}",
+                    core.path().display()
+                )));
             }
             let idx = ragged_sample(core, tier)?;
             let mut batch = RaggedBatch::new();

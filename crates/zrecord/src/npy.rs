@@ -98,6 +98,17 @@ impl NpyArray {
                 found: self.dtype.to_string(),
             });
         }
+        let dims: Vec<u64> = self.shape.iter().map(|&d| d as u64).collect();
+        let need = crate::store::nbytes(&dims, self.dtype.itemsize());
+        if need != Some(self.data.len() as u64) {
+            return Err(Error::invalid(format!(
+                "npy array of shape {:?} and dtype {} needs {}, its data holds {}",
+                self.shape,
+                self.dtype,
+                crate::store::show_nbytes(need),
+                self.data.len()
+            )));
+        }
         let v: Vec<T> = bytemuck::pod_collect_to_vec(&self.data);
         ArrayD::from_shape_vec(IxDyn(&self.shape), v).map_err(|e| Error::invalid(e.to_string()))
     }

@@ -131,7 +131,10 @@ impl Packed {
 
     fn commit(&self, engine: &Engine) -> Result<u64> {
         if self.len() == 0 {
-            return Err(Error::invalid("append needs at least one record"));
+            return Err(Error::invalid(format!(
+                "append to {} needs at least one record",
+                engine.path().display()
+            )));
         }
         let first = engine.append_paired(
             &self.payload,
@@ -628,8 +631,14 @@ impl RaggedBatch {
     }
 
     /// Record `k` as a typed view, without copying. Errors if `T` is not the
-    /// batch's dtype. Panics if `k >= len()`.
+    /// batch's dtype or `k >= len()`.
     pub fn view<T: Element>(&self, k: usize) -> Result<ArrayViewD<'_, T>> {
+        if k >= self.len() {
+            return Err(Error::invalid(format!(
+                "record {k} is out of range for a ragged batch of {} records",
+                self.len()
+            )));
+        }
         let dt = DType::of::<T>()?;
         if self.dtype.as_ref() != Some(&dt) {
             return Err(Error::DTypeMismatch {
