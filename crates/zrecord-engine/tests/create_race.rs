@@ -824,7 +824,8 @@ fn leftovers_beside_a_record_or_a_foreign_file_are_refused_untouched() {
             })
             .collect()
     };
-    let cases: Vec<(&str, Box<dyn Fn(&Path)>, &str)> = vec![
+    type Make = Box<dyn Fn(&Path)>;
+    let cases: Vec<(&str, Make, &str)> = vec![
         (
             "a committed record",
             Box::new(|d: &Path| {

@@ -86,7 +86,9 @@ fn a_typed_create_takes_over_a_killed_creates_files() {
             }
             let names: Vec<String> = files(&dir).into_iter().map(|(n, _)| n).collect();
             assert!(
-                !names.iter().any(|n| n.contains("creating") || n.ends_with(".tmp")),
+                !names
+                    .iter()
+                    .any(|n| n.contains("creating") || n.ends_with(".tmp")),
                 "{what}: {names:?}"
             );
         }
@@ -110,7 +112,10 @@ fn leftovers_beside_a_record_or_a_foreign_file_are_refused_untouched() {
     for (dir, named) in [(&a, "0.loc"), (&b, "notes.txt")] {
         let before = files(dir);
         let e = zrecord::probe_to_create(dir).unwrap_err();
-        assert!(e.to_string().contains("remove the directory's files"), "{e}");
+        assert!(
+            e.to_string().contains("remove the directory's files"),
+            "{e}"
+        );
         match DenseStore::<f32>::create(dir, &[1], &CreateOptions::new(Codec::Raw)).map(drop) {
             Err(Error::Engine(zrecord_engine::Error::ForeignFiles { file, .. })) => {
                 assert_eq!(file, named)
