@@ -1124,10 +1124,21 @@ impl PyRaggedCore {
     }
 }
 
-/// `"dense"`, `"ragged"` or `None` (no store at `path`).
+/// `"dense"`, `"ragged"` or `None` (no store at `path`). `create`: the
+/// caller creates a store when there is none, so what a killed create left
+/// is `None` too (the create clears it), not an error.
 #[pyfunction]
-fn probe(py: Python<'_>, path: PathBuf) -> PyResult<Option<&'static str>> {
-    let kind = py.detach(|| zrecord::probe(&path)).or_py(py)?;
+#[pyo3(signature = (path, create=false))]
+fn probe(py: Python<'_>, path: PathBuf, create: bool) -> PyResult<Option<&'static str>> {
+    let kind = py
+        .detach(|| {
+            if create {
+                zrecord::probe_to_create(&path)
+            } else {
+                zrecord::probe(&path)
+            }
+        })
+        .or_py(py)?;
     Ok(kind.map(|k| match k {
         Kind::Dense => "dense",
         Kind::Ragged => "ragged",

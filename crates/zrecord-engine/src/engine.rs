@@ -180,8 +180,15 @@ impl Engine {
     /// [`Error::NotAStore`] or [`Error::StoreBusy`] until the handle is
     /// dropped. A create that fails removes the files it made; one that a
     /// crash cuts short leaves files that [`Engine::open`] reports as
-    /// [`Error::CreateInterrupted`] (or `NotAStore`) and that a later create
-    /// refuses as `ForeignFiles`.
+    /// [`Error::CreateInterrupted`] (or `NotAStore`).
+    ///
+    /// A later create takes such a directory over when it holds exactly
+    /// what a create leaves before its typed layer writes `store.zr` (see
+    /// [`Engine::is_create_leftover`]) and nobody holds those files' locks:
+    /// it clears them and creates the store, reusing `meta.zr` under its
+    /// lock. A lock another handle holds is [`Error::StoreBusy`]; anything
+    /// else in the directory (a record, `store.zr`, a file of another name)
+    /// is `ForeignFiles`, untouched.
     pub fn create(dir: impl AsRef<Path>, opts: &CreateOptions) -> Result<Engine> {
         Self::create_with(dir, opts, EngineConfig::default())
     }
@@ -226,33 +233,48 @@ impl Engine {
         let vfs = cfg.vfs.clone();
         Self::make_dir(&*vfs, &dir)?;
         let names = vfs.list_dir(&dir).map_err(|e| Error::io(&dir, "list", e))?;
-        if let Some(first) = names.first() {
-            return Err(Error::ForeignFiles {
-                path: dir,
-                file: first.clone(),
-            });
-        }
+        // What a killed create left: cleared, and its `meta.zr` (if any)
+        // locked, emptied, and reused.
+        let taken = if names.is_empty() {
+            None
+        } else {
+            Self::take_leftovers(&*vfs, &dir, &names)?
+        };
         // `meta.zr` appears already locked, so it guards the rest of the
         // creation from every other handle; its contents are written last,
         // after the other files are durable.
         let meta_path = dir.join(META_FILE);
-        let meta = Self::publish_meta(&*vfs, &dir)?;
+        let reused = taken.is_some();
+        let meta = match taken {
+            Some(meta) => meta,
+            None => Self::publish_meta(&*vfs, &dir)?,
+        };
         let header = Header {
             codec: opts.codec,
             tail_chunk: 0,
             tail_offset: 0,
             length: 0,
         };
-        let mut made = vec![meta_path.clone()];
+        let mut made = if reused {
+            Vec::new()
+        } else {
+            vec![meta_path.clone()]
+        };
         let chunk = match Self::create_files(&*vfs, &dir, opts, &*meta, &header, &mut made) {
             Ok(chunk) => chunk,
             Err(e) => {
                 // Leave the directory as it was found: a later create there
                 // can succeed, and no opener meets half a store. Still under
                 // the lock, `meta.zr` last. Best effort: the error that
-                // stopped the create is the one to report.
+                // stopped the create is the one to report. A reused
+                // `meta.zr` keeps its name (see `take_leftovers`), emptied:
+                // what it was taken over as.
                 for p in made.iter().rev() {
                     let _ = vfs.remove(p);
+                }
+                if reused {
+                    let _ = meta.set_len(0);
+                    let _ = meta.sync();
                 }
                 let _ = vfs.sync_dir(&dir);
                 return Err(e);
@@ -348,6 +370,220 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether `dir` holds exactly what a create that did not finish
+    /// leaves, and so no record: files named `meta.zr.creating.*` alone, or
+    /// `meta.zr` (empty, or a header of no records with its tail at 0 of
+    /// `0.chunk`) beside at most an empty `0.chunk`, `dict.zr`,
+    /// `store.zr.tmp` and `meta.zr.creating.*` files: no `store.zr`, loc
+    /// segment, marker, intent, or file of another name. A missing or
+    /// empty `dir` is `false`.
+    ///
+    /// Looked at without any lock, so only a hint (the Python
+    /// create-or-open asks it): a create decides again under the lock of
+    /// `meta.zr`, and also needs every such file unlocked.
+    pub fn is_create_leftover(dir: impl AsRef<Path>) -> Result<bool> {
+        let dir = dir.as_ref();
+        let vfs = RealVfs;
+        let names = match vfs.list_dir(dir) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(Error::io(dir, "list", e)),
+        };
+        if names.is_empty() || !names.iter().all(|n| is_leftover_name(n)) {
+            return Ok(false);
+        }
+        if !names.iter().any(|n| n == META_FILE) {
+            return Ok(names.iter().all(|n| is_creating_name(n)));
+        }
+        let meta_path = dir.join(META_FILE);
+        let meta = match vfs.open(&meta_path, OpenFlags::Read) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(Error::io(&meta_path, "open", e)),
+        };
+        Ok(Self::leftover_contents(&vfs, dir, &names, &*meta)?.is_some())
+    }
+
+    /// For a listing of leftover names that holds `meta.zr` (opened as
+    /// `meta`): `Some(size of meta.zr)` when the files hold no record (see
+    /// [`Engine::is_create_leftover`]), else `None`.
+    fn leftover_contents(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        names: &[String],
+        meta: &dyn StorageFile,
+    ) -> Result<Option<u64>> {
+        let meta_path = dir.join(META_FILE);
+        let size = meta.len().map_err(|e| Error::io(&meta_path, "stat", e))?;
+        if size != 0 {
+            if size != META_SIZE as u64 {
+                return Ok(None);
+            }
+            let mut hb = [0u8; META_SIZE];
+            meta.read_at(&mut hb, 0)
+                .map_err(|e| Error::io(&meta_path, "read", e))?;
+            match Header::decode(&hb) {
+                Ok(h) if h.length == 0 && h.tail_chunk == 0 && h.tail_offset == 0 => {}
+                _ => return Ok(None),
+            }
+        }
+        let chunk = format::chunk_name(0);
+        if names.contains(&chunk) {
+            let p = dir.join(&chunk);
+            match vfs.open(&p, OpenFlags::Read) {
+                Ok(f) => {
+                    if f.len().map_err(|e| Error::io(&p, "stat", e))? != 0 {
+                        return Ok(None);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&p, "open", e)),
+            }
+        }
+        Ok(Some(size))
+    }
+
+    /// Clears what a create that did not finish left in `dir` (`names`, a
+    /// listing that is not empty) for this create to proceed.
+    /// `Ok(None)`: only `meta.zr.creating.*` files were there, each
+    /// unlocked, now removed; the create publishes `meta.zr` as usual.
+    /// `Ok(Some(meta))`: `meta.zr` was there, unlocked; it comes back
+    /// locked and (durably) empty, the other leftovers removed, for the
+    /// create to finish in. A lock another handle holds is
+    /// [`Error::StoreBusy`]; a directory that is not such leftovers is
+    /// [`Error::ForeignFiles`], untouched.
+    ///
+    /// Races: every decision is taken under a lock. `meta.zr` is locked,
+    /// then checked to still be the file named `meta.zr` (its unlinkers, a
+    /// failing create and `discard_created`, unlink it under its lock, and
+    /// this recovery never does), and the directory is listed and checked
+    /// again under that lock. Of two recovering creates one gets the lock
+    /// and the other `StoreBusy`; the winner keeps `meta.zr` under its name
+    /// and lock throughout, so a loser that locks it later finds the
+    /// finished store (or, if the winner failed, the emptied `meta.zr` to
+    /// take over in turn). A creating file is removed only under its lock
+    /// (or as a second name of the `meta.zr` this create holds); a live
+    /// creator of it then fails to lock or to link it (`StoreBusy`).
+    fn take_leftovers(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        names: &[String],
+    ) -> Result<Option<Box<dyn StorageFile>>> {
+        let busy = || Error::StoreBusy {
+            path: dir.to_path_buf(),
+        };
+        // The refusal a directory with files always got, naming a file
+        // that is no leftover where there is one.
+        let refuse = |names: &[String]| Error::ForeignFiles {
+            path: dir.to_path_buf(),
+            file: names
+                .iter()
+                .find(|n| !is_leftover_name(n))
+                .or(names.first())
+                .cloned()
+                .unwrap_or_default(),
+        };
+        if !names.iter().all(|n| is_leftover_name(n)) {
+            return Err(refuse(names));
+        }
+        if !names.iter().any(|n| n == META_FILE) {
+            // A create makes its other files after `meta.zr` and removes
+            // `meta.zr` last: without it, only a creating file is a leftover.
+            if !names.iter().all(|n| is_creating_name(n)) {
+                return Err(refuse(names));
+            }
+            Self::clear_creating(vfs, dir, names, None)?;
+            return Ok(None);
+        }
+        let meta_path = dir.join(META_FILE);
+        let meta = match vfs.open(&meta_path, OpenFlags::ReadWrite) {
+            Ok(f) => f,
+            // Removed since the listing: a failing create cleaned up.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(busy()),
+            Err(e) => return Err(Error::io(&meta_path, "open", e)),
+        };
+        if !meta
+            .try_lock(true)
+            .map_err(|e| Error::io(&meta_path, "lock", e))?
+        {
+            return Err(busy());
+        }
+        let id = |f: &dyn StorageFile| f.file_id().map_err(|e| Error::io(&meta_path, "stat", e));
+        // Without file ids, nothing proves the locked file is `meta.zr`.
+        let Some(meta_id) = id(&*meta)? else {
+            return Err(refuse(names));
+        };
+        match vfs.open(&meta_path, OpenFlags::Read) {
+            Ok(f) if id(&*f)? == Some(meta_id) => {}
+            // Unlinked under its lock by a failing creator before this lock
+            // was taken: the name is gone, or another create's.
+            Ok(_) => return Err(busy()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(busy()),
+            Err(e) => return Err(Error::io(&meta_path, "open", e)),
+        }
+        // Under the lock: what is there now, and no record in it.
+        let names = vfs.list_dir(dir).map_err(|e| Error::io(dir, "list", e))?;
+        if !names.iter().all(|n| is_leftover_name(n)) || !names.iter().any(|n| n == META_FILE) {
+            return Err(refuse(&names));
+        }
+        let Some(size) = Self::leftover_contents(vfs, dir, &names, &*meta)? else {
+            return Err(refuse(&names));
+        };
+        Self::clear_creating(vfs, dir, &names, Some(meta_id))?;
+        // Committed to the takeover: `meta.zr` empty first, durably, so
+        // that a crash from here on leaves what a create leaves before its
+        // header (never a header beside a removed `0.chunk`).
+        if size != 0 {
+            meta.set_len(0)
+                .map_err(|e| Error::io(&meta_path, "truncate", e))?;
+            meta.sync().map_err(|e| Error::io(&meta_path, "sync", e))?;
+        }
+        for name in [DICT_FILE, &format::chunk_name(0), STORE_TMP_FILE] {
+            if names.iter().any(|n| n == name) {
+                let p = dir.join(name);
+                match vfs.remove(&p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io(&p, "remove", e)),
+                }
+            }
+        }
+        Ok(Some(meta))
+    }
+
+    /// Removes the `meta.zr.creating.*` files of `names`, each under its
+    /// lock ([`Error::StoreBusy`] when another handle holds one), or as a
+    /// second name of the locked `meta.zr` whose id is `meta_id` (a create
+    /// killed between linking and unlinking). One gone meanwhile is skipped.
+    fn clear_creating(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        names: &[String],
+        meta_id: Option<(u64, u64)>,
+    ) -> Result<()> {
+        for name in names.iter().filter(|n| is_creating_name(n)) {
+            let p = dir.join(name);
+            let f = match vfs.open(&p, OpenFlags::ReadWrite) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(&p, "open", e)),
+            };
+            let id = f.file_id().map_err(|e| Error::io(&p, "stat", e))?;
+            let ours = meta_id.is_some() && id == meta_id;
+            if !ours && !f.try_lock(true).map_err(|e| Error::io(&p, "lock", e))? {
+                return Err(Error::StoreBusy {
+                    path: dir.to_path_buf(),
+                });
+            }
+            match vfs.remove(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&p, "remove", e)),
+            }
+        }
+        Ok(())
+    }
+
     /// Makes `meta.zr` in `dir`, empty and holding this handle's exclusive
     /// lock from the moment it has that name: the file is made and locked
     /// under a name of its own, then linked as `meta.zr` (which fails if
@@ -362,7 +598,8 @@ impl Engine {
     /// under its name and then locked: an open between the two can take the
     /// lock first (and reports the empty file as [`Error::CreateInterrupted`]
     /// or, once it is removed, [`Error::NotAStore`]); this create then fails
-    /// with [`Error::StoreBusy`], removing it.
+    /// with [`Error::StoreBusy`], leaving it to that holder (see
+    /// [`Engine::create_meta_unlinked`]).
     fn publish_meta(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn StorageFile>> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let meta_path = dir.join(META_FILE);
@@ -405,6 +642,13 @@ impl Engine {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(foreign(META_FILE));
             }
+            // A recovering create took the file for a killed create's
+            // leftover (it locked it before this call did) and removed it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::StoreBusy {
+                    path: dir.to_path_buf(),
+                });
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -439,10 +683,14 @@ impl Engine {
             Err(e) => return Err(Error::io(&meta_path, "create", e)),
         };
         let locked = file.try_lock(true);
-        if !matches!(locked, Ok(true)) {
-            // Ours, and empty: an opener holding it reports no store.
+        if locked.is_err() {
+            // Ours, and empty: nobody else uses it.
             let _ = vfs.remove(&meta_path);
         }
+        // Held by another handle, it stays: an opener reports it as an
+        // interrupted create, and a recovering create takes it over (it
+        // holds the lock, so removing the name here would leave its store
+        // without `meta.zr`).
         match locked {
             Ok(true) => Ok(file),
             Ok(false) => Err(Error::StoreBusy {
@@ -1308,4 +1556,20 @@ pub(crate) fn check_entry(
         ));
     }
     Ok(())
+}
+
+/// The typed layer's `store.zr` before its rename into place.
+const STORE_TMP_FILE: &str = "store.zr.tmp";
+
+/// A name `publish_meta` gives `meta.zr` before linking it.
+fn is_creating_name(name: &str) -> bool {
+    name.strip_prefix(META_FILE)
+        .is_some_and(|rest| rest.starts_with(".creating."))
+}
+
+/// A name a create makes (or the typed layer's create, before `store.zr`).
+fn is_leftover_name(name: &str) -> bool {
+    [META_FILE, DICT_FILE, STORE_TMP_FILE].contains(&name)
+        || name == format::chunk_name(0)
+        || is_creating_name(name)
 }

@@ -66,10 +66,10 @@ pub enum Error {
     },
     /// `meta.zr` is empty and the directory holds none of a store's data:
     /// what a [`crate::Engine::create`] leaves when a crash cuts it short
-    /// (one that fails otherwise removes what it made). Not a store; the
-    /// files must be removed before a create there can succeed.
+    /// (one that fails otherwise removes what it made). Not a store; a
+    /// create there clears the files and makes the store.
     #[error(
-        "{path} holds no store: a create there did not finish (meta.zr is empty); remove the directory's files and create the store again"
+        "{path} holds no store: a create there did not finish (meta.zr is empty); create the store again (a create clears what the interrupted one left)"
     )]
     CreateInterrupted {
         /// The directory.
@@ -249,7 +249,8 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 /// creator makes `meta.zr` as `meta.zr.creating.<pid>.<n>` first; killed
 /// before it linked it as `meta.zr`, it leaves that empty file in a
 /// directory that is otherwise as it found it (a create in progress has
-/// one for a moment too).
+/// one for a moment too). A create clears such files itself when nothing
+/// else is in the directory, so it is named only beside other files.
 fn leftover_hint(file: &str) -> &'static str {
     if file.starts_with("meta.zr.creating.") {
         " (left by a create that was killed: remove it if no create is running)"

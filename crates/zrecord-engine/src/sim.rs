@@ -443,6 +443,12 @@ impl StorageFile for SimFile {
     fn try_lock(&self, _exclusive: bool) -> io::Result<bool> {
         Ok(true)
     }
+
+    fn file_id(&self) -> io::Result<Option<(u64, u64)>> {
+        let mut s = self.vfs.lock();
+        enter(&mut s, false)?;
+        Ok(Some((0, self.node as u64)))
+    }
 }
 
 impl Vfs for SimVfs {

@@ -58,6 +58,13 @@ pub trait StorageFile: Send + Sync + Debug {
     /// Takes a non-blocking advisory lock; `Ok(false)` when another holder
     /// prevents it. The lock is released when the file is dropped.
     fn try_lock(&self, exclusive: bool) -> io::Result<bool>;
+    /// The file itself (device and inode on Unix): equal for two handles
+    /// exactly when they are one file, whatever names they were opened by.
+    /// `None` when the backend cannot tell; a create then never takes over
+    /// what an interrupted one left (see `Engine::create`).
+    fn file_id(&self) -> io::Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
     /// Maps `len` bytes of address space over the file, if the backend can.
     fn map(&self, _len: u64) -> Option<Box<dyn Mapping>> {
         None
@@ -218,6 +225,12 @@ impl StorageFile for RealFile {
             Err(std::fs::TryLockError::WouldBlock) => Ok(false),
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
+    }
+
+    fn file_id(&self) -> io::Result<Option<(u64, u64)>> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.metadata()?;
+        Ok(Some((m.dev(), m.ino())))
     }
 
     fn map(&self, len: u64) -> Option<Box<dyn Mapping>> {

@@ -20,7 +20,8 @@
 //! - [`train_dict`] with a [`DictTier`]: the dictionary of a
 //!   [`Codec::ZstdDict`] store.
 //! - [`OpenOptions`] (read-only handles share a store; expected dtype,
-//!   shape and codec), [`probe`], [`check_equal_lengths`].
+//!   shape and codec), [`probe`] ([`probe_to_create`] for a create-or-open),
+//!   [`check_equal_lengths`].
 //! - [`Durability`]: an append is visible at once and survives its process
 //!   being killed; by default it becomes durable against a power cut at
 //!   `sync()` or `close()` (a power cut before that rolls the store back to
@@ -82,7 +83,7 @@ pub use dense::{DenseCore, DenseStore};
 pub use dict::{DictSource, DictTier, train_dict};
 pub use index::{Indices, resolve};
 pub use ragged::{RaggedBatch, RaggedCore, RaggedStore};
-pub use store::{OpenOptions, check_equal_lengths, probe};
+pub use store::{OpenOptions, check_equal_lengths, probe, probe_to_create};
 pub use zrecord_engine::typed_header::Kind;
 pub use zrecord_engine::{AlignedBuf, Codec, CreateOptions, Durability, Stats, VerifyReport};
 

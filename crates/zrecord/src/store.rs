@@ -92,7 +92,17 @@ impl OpenOptions {
 /// A directory with `meta.zr` but no `store.zr` is a failed creation and an
 /// error ([`Error::BadStore`]), as is an unreadable or malformed `store.zr`.
 pub fn probe(path: impl AsRef<Path>) -> Result<Option<Kind>> {
-    Ok(probe_header(path.as_ref())?.map(|h| h.kind))
+    Ok(probe_header_with(path.as_ref(), false)?.map(|h| h.kind))
+}
+
+/// [`probe`] for a caller about to create a store when there is none (a
+/// create-or-open): a directory holding only what a killed create left
+/// (`meta.zr` that nobody holds, no `store.zr`; see
+/// [`Engine::is_create_leftover`]) is `None` here, not
+/// [`Error::BadStore`], since a create there clears it and makes the store.
+/// The create checks again under the lock, and refuses anything else.
+pub fn probe_to_create(path: impl AsRef<Path>) -> Result<Option<Kind>> {
+    Ok(probe_header_with(path.as_ref(), true)?.map(|h| h.kind))
 }
 
 fn exists(p: &Path) -> Result<bool> {
@@ -108,6 +118,11 @@ fn exists(p: &Path) -> Result<bool> {
 /// lock was tried. Checked naively, a create that finished in between looked
 /// like a store without `meta.zr`, or one that did not finish.
 pub(crate) fn probe_header(path: &Path) -> Result<Option<TypedHeader>> {
+    probe_header_with(path, false)
+}
+
+/// [`probe_header`]; `creating`: a killed create's leftovers are `None`.
+fn probe_header_with(path: &Path, creating: bool) -> Result<Option<TypedHeader>> {
     let meta = path.join(META_FILE);
     let store = path.join(STORE_FILE);
     let store_here = exists(&store)?;
@@ -130,12 +145,24 @@ pub(crate) fn probe_header(path: &Path) -> Result<Option<TypedHeader>> {
             match (exists(&meta)?, exists(&store)?) {
                 (_, true) => Ok(Some(typed_header::read(path)?)),
                 (false, false) => Ok(None),
-                (true, false) => Err(Error::BadStore {
-                    file: store,
-                    detail: "missing, but meta.zr exists: the store's creation did not \
+                (true, false) => {
+                    let leftover = Engine::is_create_leftover(path)?;
+                    if creating && leftover {
+                        return Ok(None);
+                    }
+                    Err(Error::BadStore {
+                        file: store,
+                        detail: if leftover {
+                            "missing, but meta.zr exists: the store's creation did not \
+                             finish; create the store again (a create clears what the \
+                             interrupted one left)"
+                        } else {
+                            "missing, but meta.zr exists: the store's creation did not \
                              finish; remove the directory's files and create the store again"
+                        }
                         .into(),
-                }),
+                    })
+                }
             }
         }
         (false, true) => Err(Error::BadStore {

@@ -556,7 +556,7 @@ fn an_open_during_anothers_creation_is_busy_not_broken() {
     let err = DenseCore::open(&p, &OpenOptions::default()).unwrap_err();
     let msg = err.to_string();
     assert!(
-        msg.contains("did not finish") && msg.contains("remove the directory's files"),
+        msg.contains("did not finish") && msg.contains("create the store again (a create clears"),
         "{err}"
     );
 }

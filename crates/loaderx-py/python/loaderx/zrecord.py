@@ -304,7 +304,11 @@ class _Base:
             raise UnknownCodec(
                 f"unknown codec {codec!r}, expected one of {list(CODECS)}"
             )
-        found = _native.probe(str(self.path))
+        # With what a create needs, a killed create's leftovers are no store
+        # (the create clears them); an open still reports them.
+        creating = (not self.read_only and dtype is not None
+                    and (kind == "ragged" or item_shape is not None))
+        found = _native.probe(str(self.path), creating)
         native = _native.DenseCore if kind == "dense" else _native.RaggedCore
         if found is not None:
             if found != kind:

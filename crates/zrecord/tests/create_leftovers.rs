@@ -1,0 +1,127 @@
+//! A typed create over what a killed create left. Regression: the files of
+//! a create killed part-way (a `meta.zr.creating.*` file; `meta.zr` empty
+//! or of no records beside an empty `0.chunk`, with no `store.zr`) made
+//! every later create fail (`ForeignFiles`), and the create-or-open probe
+//! call the directory a store whose "creation did not finish"; re-running
+//! the killed program failed until someone removed the files by hand. Now
+//! a create clears them and makes the store; an open still reports them,
+//! and anything beside them (a record, a foreign file) is refused as
+//! before, untouched.
+
+use std::path::Path;
+use zrecord::{Codec, CreateOptions, DenseStore, Error, RaggedStore};
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// What a create killed at one of three points leaves in `dir`.
+fn plant(dir: &Path, kind: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    match kind {
+        // Before it linked meta.zr.
+        0 => std::fs::write(dir.join("meta.zr.creating.999999.0"), b"").unwrap(),
+        // Before it wrote the engine header.
+        1 => {
+            std::fs::write(dir.join("meta.zr"), b"").unwrap();
+            std::fs::write(dir.join("0.chunk"), b"").unwrap();
+        }
+        // Before it renamed store.zr.tmp into place (a float64 store's).
+        _ => {
+            let t = tempfile::tempdir().unwrap();
+            let s = t.path().join("s");
+            drop(DenseStore::<f64>::create(&s, &[7], &CreateOptions::new(Codec::Raw)).unwrap());
+            for n in ["meta.zr", "0.chunk"] {
+                std::fs::copy(s.join(n), dir.join(n)).unwrap();
+            }
+            std::fs::copy(s.join("store.zr"), dir.join("store.zr.tmp")).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_typed_create_takes_over_a_killed_creates_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    for kind in 0..3 {
+        for ragged in [false, true] {
+            let dir = tmp.path().join(format!("s{kind}{ragged}"));
+            plant(&dir, kind);
+            if kind != 0 {
+                // An open (and a probe) still says what it is.
+                let e = zrecord::probe(&dir).unwrap_err();
+                assert!(matches!(e, Error::BadStore { .. }), "{e}");
+                assert!(e.to_string().contains("create the store again"), "{e}");
+                assert!(DenseStore::<f32>::open(&dir).is_err());
+            }
+            assert_eq!(zrecord::probe_to_create(&dir).unwrap(), None, "{kind}");
+            let opts = CreateOptions::new(Codec::Zstd);
+            let what = format!("kind {kind}, ragged {ragged}");
+            if ragged {
+                let s = RaggedStore::<u16>::create(&dir, &opts)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                s.append([ndarray::arr1(&[1u16, 2, 3]).view()]).unwrap();
+                drop(s);
+                let s = RaggedStore::<u16>::open(&dir).unwrap();
+                assert_eq!(s.len(), 1, "{what}");
+            } else {
+                let s = DenseStore::<f32>::create(&dir, &[3], &opts)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                s.append(ndarray::arr2(&[[1.0f32, 2.0, 3.0]]).view())
+                    .unwrap();
+                drop(s);
+                let s = DenseStore::<f32>::open(&dir).unwrap();
+                assert_eq!(s.len(), 1, "{what}");
+                assert_eq!(s.item_shape(), &[3], "{what}");
+            }
+            let names: Vec<String> = files(&dir).into_iter().map(|(n, _)| n).collect();
+            assert!(
+                !names
+                    .iter()
+                    .any(|n| n.contains("creating") || n.ends_with(".tmp")),
+                "{what}: {names:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn leftovers_beside_a_record_or_a_foreign_file_are_refused_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A store with a record whose store.zr is gone.
+    let a = tmp.path().join("a");
+    let s = DenseStore::<f32>::create(&a, &[1], &CreateOptions::new(Codec::Raw)).unwrap();
+    s.append(ndarray::arr2(&[[1.0f32]]).view()).unwrap();
+    drop(s);
+    std::fs::remove_file(a.join("store.zr")).unwrap();
+    std::fs::write(a.join("meta.zr.creating.999999.0"), b"").unwrap();
+    // Leftovers beside a file of the user's.
+    let b = tmp.path().join("b");
+    plant(&b, 2);
+    std::fs::write(b.join("notes.txt"), b"mine").unwrap();
+    for (dir, named) in [(&a, "0.loc"), (&b, "notes.txt")] {
+        let before = files(dir);
+        let e = zrecord::probe_to_create(dir).unwrap_err();
+        assert!(
+            e.to_string().contains("remove the directory's files"),
+            "{e}"
+        );
+        match DenseStore::<f32>::create(dir, &[1], &CreateOptions::new(Codec::Raw)).map(drop) {
+            Err(Error::Engine(zrecord_engine::Error::ForeignFiles { file, .. })) => {
+                assert_eq!(file, named)
+            }
+            r => panic!("{}: {r:?}", dir.display()),
+        }
+        assert_eq!(files(dir), before, "{}", dir.display());
+    }
+}
