@@ -392,6 +392,9 @@ impl Engine {
         if names.is_empty() || !names.iter().all(|n| is_leftover_name(n)) {
             return Ok(false);
         }
+        if Self::first_not_plain(&vfs, dir, &names)?.is_some() {
+            return Ok(false);
+        }
         if !names.iter().any(|n| n == META_FILE) {
             return Ok(names.iter().all(|n| is_creating_name(n)));
         }
@@ -486,6 +489,20 @@ impl Engine {
         if !names.iter().all(|n| is_leftover_name(n)) {
             return Err(refuse(names));
         }
+        // Only plain files are taken: through a symlink the takeover would
+        // lock, empty and write a file outside `dir` (another store's
+        // `meta.zr`, say); a directory or FIFO is nobody's create.
+        let not_plain = |names: &[String]| -> Result<Option<Error>> {
+            Ok(
+                Self::first_not_plain(vfs, dir, names)?.map(|n| Error::ForeignFiles {
+                    path: dir.to_path_buf(),
+                    file: n.clone(),
+                }),
+            )
+        };
+        if let Some(e) = not_plain(names)? {
+            return Err(e);
+        }
         if !names.iter().any(|n| n == META_FILE) {
             // A create makes its other files after `meta.zr` and removes
             // `meta.zr` last: without it, only a creating file is a leftover.
@@ -526,6 +543,9 @@ impl Engine {
         if !names.iter().all(|n| is_leftover_name(n)) || !names.iter().any(|n| n == META_FILE) {
             return Err(refuse(&names));
         }
+        if let Some(e) = not_plain(&names)? {
+            return Err(e);
+        }
         let Some(size) = Self::leftover_contents(vfs, dir, &names, &*meta)? else {
             return Err(refuse(&names));
         };
@@ -549,6 +569,27 @@ impl Engine {
             }
         }
         Ok(Some(meta))
+    }
+
+    /// The first of `names` that is no regular file of `dir` itself (a
+    /// symlink, a directory, a FIFO; see [`Vfs::is_plain_file`]). A name
+    /// gone since the listing is skipped: the caller's later open of it
+    /// tells.
+    fn first_not_plain<'a>(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        names: &'a [String],
+    ) -> Result<Option<&'a String>> {
+        for name in names {
+            let p = dir.join(name);
+            match vfs.is_plain_file(&p) {
+                Ok(true) => {}
+                Ok(false) => return Ok(Some(name)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&p, "inspect", e)),
+            }
+        }
+        Ok(None)
     }
 
     /// Removes the `meta.zr.creating.*` files of `names`, each under its

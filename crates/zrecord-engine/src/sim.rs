@@ -491,6 +491,16 @@ impl Vfs for SimVfs {
         Ok(s.dir.contains_key(path))
     }
 
+    /// Every file of the simulated disk is a plain one.
+    fn is_plain_file(&self, path: &Path) -> io::Result<bool> {
+        let mut s = self.lock();
+        enter(&mut s, false)?;
+        match s.dir.contains_key(path) {
+            true => Ok(true),
+            false => Err(io::Error::new(io::ErrorKind::NotFound, "no such file")),
+        }
+    }
+
     fn remove(&self, path: &Path) -> io::Result<()> {
         let mut s = self.lock();
         enter(&mut s, true)?;

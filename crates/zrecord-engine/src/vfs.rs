@@ -104,6 +104,14 @@ pub trait Vfs: Send + Sync + Debug {
     }
     /// Makes a directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Whether `path` itself (not what a symlink there points to) is a
+    /// regular file: not a symlink, directory, FIFO or device. `NotFound`
+    /// when nothing has that name. `false` when the backend cannot tell; a
+    /// create then never takes over what an interrupted one left (see
+    /// `Engine::create`), which would otherwise write through such a name.
+    fn is_plain_file(&self, _path: &Path) -> io::Result<bool> {
+        Ok(false)
+    }
     /// An id that changes whenever the machine boots (and so whenever the
     /// page cache was lost); `None` when the system offers none.
     fn boot_id(&self) -> Option<Vec<u8>>;
@@ -263,6 +271,10 @@ impl Vfs for RealVfs {
         Ok(Box::new(RealFile {
             file: o.open(path)?,
         }))
+    }
+
+    fn is_plain_file(&self, path: &Path) -> io::Result<bool> {
+        Ok(std::fs::symlink_metadata(path)?.file_type().is_file())
     }
 
     fn exists(&self, path: &Path) -> io::Result<bool> {

@@ -432,6 +432,9 @@ impl Vfs for NoLinks {
     fn link(&self, _from: &Path, _to: &Path) -> std::io::Result<()> {
         Err(std::io::Error::from_raw_os_error(libc::EPERM))
     }
+    fn is_plain_file(&self, path: &Path) -> std::io::Result<bool> {
+        RealVfs.is_plain_file(path)
+    }
     fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
         RealVfs.list_dir(dir)
     }
@@ -548,6 +551,9 @@ impl Vfs for CleanedUpUnderTheLock {
     }
     fn link(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         self.0.link(from, to)
+    }
+    fn is_plain_file(&self, path: &Path) -> std::io::Result<bool> {
+        self.0.is_plain_file(path)
     }
     fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
         self.0.list_dir(dir)
@@ -914,4 +920,99 @@ fn leftovers_beside_a_record_or_a_foreign_file_are_refused_untouched() {
         }
         assert_eq!(snapshot(&dir), before, "{what}: touched");
     }
+}
+
+/// Regression: a leftover name that is no plain file of the directory (a
+/// symlink, a directory, a FIFO) was taken over as a killed create's file.
+/// A `meta.zr` symlinked to a file elsewhere had that file locked, emptied
+/// (a header of no records) and written with the new store's header: a
+/// create wrote outside its directory (into another empty store's
+/// `meta.zr`, say); a FIFO `meta.zr` was taken too, the other leftovers
+/// removed, and the create failed writing it ("Illegal seek"). Now each is
+/// refused as `ForeignFiles` naming it, nothing touched (as before the
+/// takeover existed), and `is_create_leftover` says no.
+#[test]
+fn leftovers_that_are_no_plain_files_are_refused_and_nothing_outside_is_touched() {
+    use std::os::unix::fs::symlink;
+    let tmp = scratch();
+    let other = tmp.path().join("other");
+    drop(Engine::create(&other, &CreateOptions::new(Codec::Zstd)).unwrap());
+    let outside_header = std::fs::read(other.join("meta.zr")).unwrap();
+    let outside_empty = tmp.path().join("empty.bin");
+    std::fs::write(&outside_empty, b"").unwrap();
+    type Make<'a> = Box<dyn Fn(&Path) + 'a>;
+    let cases: Vec<(&str, Make, &str)> = vec![
+        (
+            "meta.zr a symlink to another empty store's meta.zr",
+            Box::new(|d: &Path| {
+                symlink(other.join("meta.zr"), d.join("meta.zr")).unwrap();
+                std::fs::write(d.join("0.chunk"), b"").unwrap();
+            }),
+            "meta.zr",
+        ),
+        (
+            "meta.zr a symlink to an empty file elsewhere",
+            Box::new(|d: &Path| symlink(&outside_empty, d.join("meta.zr")).unwrap()),
+            "meta.zr",
+        ),
+        (
+            "0.chunk a symlink to an empty file elsewhere",
+            Box::new(|d: &Path| {
+                std::fs::write(d.join("meta.zr"), b"").unwrap();
+                symlink(&outside_empty, d.join("0.chunk")).unwrap();
+            }),
+            "0.chunk",
+        ),
+        (
+            "a creating file that is a symlink",
+            Box::new(|d: &Path| {
+                symlink(&outside_empty, d.join("meta.zr.creating.999999.0")).unwrap()
+            }),
+            "meta.zr.creating.999999.0",
+        ),
+        (
+            "meta.zr a directory",
+            Box::new(|d: &Path| std::fs::create_dir(d.join("meta.zr")).unwrap()),
+            "meta.zr",
+        ),
+        (
+            "meta.zr a FIFO",
+            Box::new(|d: &Path| {
+                let p =
+                    std::ffi::CString::new(d.join("meta.zr").into_os_string().into_encoded_bytes())
+                        .unwrap();
+                // SAFETY: `p` is a NUL-terminated path that outlives the call.
+                assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), 0o600) }, 0);
+                std::fs::write(d.join("0.chunk"), b"").unwrap();
+            }),
+            "meta.zr",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (i, (what, make, named)) in cases.into_iter().enumerate() {
+        let dir = tmp.path().join(format!("s{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        make(&dir);
+        let before = names(&dir);
+        // (Reading a FIFO's name to ask would block: only the create.)
+        if !what.contains("FIFO") && Engine::is_create_leftover(&dir).unwrap() {
+            wrong.push(format!("{what}: is_create_leftover"));
+        }
+        match Engine::create(&dir, &CreateOptions::new(Codec::Raw)).map(|_| ()) {
+            Err(Error::ForeignFiles { file, .. }) if file == named => {}
+            r => wrong.push(format!("{what}: create gave {r:?}")),
+        }
+        if names(&dir) != before {
+            wrong.push(format!("{what}: {before:?} became {:?}", names(&dir)));
+        }
+        if std::fs::read(&outside_empty).unwrap() != b"" {
+            wrong.push(format!("{what}: wrote into {}", outside_empty.display()));
+            std::fs::write(&outside_empty, b"").unwrap();
+        }
+        if std::fs::read(other.join("meta.zr")).unwrap() != outside_header {
+            wrong.push(format!("{what}: rewrote the other store's meta.zr"));
+            std::fs::write(other.join("meta.zr"), &outside_header).unwrap();
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

@@ -214,6 +214,9 @@ impl zrecord_engine::vfs::Vfs for LoggingVfs {
     fn link(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
         zrecord_engine::vfs::RealVfs.link(from, to)
     }
+    fn is_plain_file(&self, path: &std::path::Path) -> std::io::Result<bool> {
+        zrecord_engine::vfs::RealVfs.is_plain_file(path)
+    }
     fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
         self.log.lock().unwrap().push("list");
         zrecord_engine::vfs::RealVfs.list_dir(dir)
