@@ -90,8 +90,11 @@ fn io_err(py: Python<'_>, message: String, path: &std::path::Path, e: &std::io::
         _ => "StoreIOError",
     };
     let err = zerr(py, kind, message);
+    let exc = err.value(py);
+    // The file, also for an error the OS did not number (a store file that
+    // is a FIFO, say).
+    let _ = exc.setattr("filename", path.as_os_str());
     if let Some(code) = e.raw_os_error() {
-        let exc = err.value(py);
         let strerror = py
             .import("os")
             .and_then(|os| os.getattr("strerror"))
@@ -102,7 +105,6 @@ fn io_err(py: Python<'_>, message: String, path: &std::path::Path, e: &std::io::
         if let Ok(s) = strerror {
             let _ = exc.setattr("strerror", s);
         }
-        let _ = exc.setattr("filename", path.as_os_str());
     }
     err
 }

@@ -371,8 +371,10 @@ def test_an_engine_io_error_is_an_oserror_with_errno_and_filename(tmp_path, kind
     """Regression: an I/O error of the engine (a store's own files) was a
     StoreIOError without errno, strerror or filename, which only the typed
     layer's I/O errors carried. A chunk file replaced by a directory (which
-    denies a read even to root, unlike chmod): the read-write open fails to
-    open it, a read-only open opens it and the gather fails to read it."""
+    denies a read even to root, unlike chmod): both opens fail to open it
+    (a read-only open used to open it and fail at the first gather; store
+    files that are no regular files are refused when opened, since a FIFO
+    there blocked the open for good)."""
     from loaderx._errors import StoreIOError
     path = tmp_path / "s"
     _store(path, kind)
@@ -386,13 +388,46 @@ def test_an_engine_io_error_is_an_oserror_with_errno_and_filename(tmp_path, kind
     assert (e.errno, e.strerror, e.filename) == (errno.EISDIR, os.strerror(errno.EISDIR), str(chunk))
     assert str(e).startswith(f"open {chunk}: "), str(e)
 
-    with _open(path, kind, read_only=True) as s:
-        with pytest.raises(OSError) as caught:
-            s[[0, 1]]
+    with pytest.raises(OSError) as caught:
+        _open(path, kind, read_only=True)
     e = caught.value
     assert isinstance(e, StoreIOError)
     assert (e.errno, e.filename) == (errno.EISDIR, str(chunk))
-    assert str(e).startswith(f"read {chunk}: "), str(e)
+    assert str(e).startswith(f"open {chunk}: "), str(e)
+
+
+@ours_only
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+@pytest.mark.parametrize("name", ["meta.zr", "0.chunk", "0.loc"])
+def test_a_store_file_that_is_a_fifo_fails_the_open_at_once(tmp_path, kind, name):
+    """Regression: a store file replaced by a FIFO blocked the open for good
+    (opening a FIFO waits for its other end). Now it is a StoreIOError
+    naming the file, from either open."""
+    import subprocess
+    import sys
+    path = tmp_path / "s"
+    _store(path, kind)
+    f = path / name
+    os.remove(f)
+    os.mkfifo(f)
+    # In a child, so that a blocked open fails this test instead of hanging it.
+    code = (
+        "import sys\n"
+        "from loaderx.zrecord import DenseStore, RaggedStore\n"
+        f"cls = {'DenseStore' if kind == 'dense' else 'RaggedStore'}\n"
+        "for ro in (False, True):\n"
+        "    try:\n"
+        "        cls(sys.argv[1], read_only=ro)\n"
+        "        print('opened')\n"
+        "    except OSError as e:\n"
+        "        print(type(e).__name__, e.filename)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")[:2]
+    assert all(line.split(" ", 1)[1].endswith(name) for line in lines), out.stdout
+    assert all(line.split(" ", 1)[0] in ("StoreIOError", "InvalidStore") for line in lines), out.stdout
 
 
 @pytest.mark.parametrize("kind", ["dense", "ragged"])

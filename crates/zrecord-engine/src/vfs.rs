@@ -8,7 +8,7 @@
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 /// How to open a file.
@@ -268,9 +268,24 @@ impl Vfs for RealVfs {
             OpenFlags::CreateTruncate => o.read(true).write(true).create(true).truncate(true),
             OpenFlags::CreateNew => o.read(true).write(true).create_new(true),
         };
-        Ok(Box::new(RealFile {
-            file: o.open(path)?,
-        }))
+        // Without blocking: a FIFO (or device) under a store file's name
+        // would hold `open` until a writer or reader appeared, hanging an
+        // open or a probe for good. On a regular file the flag changes
+        // nothing (open(2)); anything else is refused once opened.
+        o.custom_flags(libc::O_NONBLOCK);
+        let file = o.open(path)?;
+        let kind = file.metadata()?.file_type();
+        if kind.is_dir() {
+            // What a read or a write-mode open of it reports.
+            return Err(io::Error::from_raw_os_error(libc::EISDIR));
+        }
+        if !kind.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file (a FIFO, socket or device)",
+            ));
+        }
+        Ok(Box::new(RealFile { file }))
     }
 
     fn is_plain_file(&self, path: &Path) -> io::Result<bool> {

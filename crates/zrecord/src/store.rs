@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use zrecord_engine::typed_header::{self, Kind, TypedHeader};
+use zrecord_engine::vfs::{OpenFlags, RealVfs, Vfs};
 use zrecord_engine::{Codec, CreateOptions, Durability, Engine, OpenMode};
 
 use crate::dtype::{DType, Identity, decode_identity};
@@ -132,8 +133,11 @@ fn probe_header_with(path: &Path, creating: bool) -> Result<Option<TypedHeader>>
             // Another handle may be creating it right now (it holds the lock
             // until `store.zr` is in place): that is a busy store, not a
             // broken one.
-            let locked = std::fs::File::open(&meta)
-                .map(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
+            // Through the engine's open, which refuses a FIFO (a plain
+            // open of one would block until a writer came).
+            let locked = RealVfs
+                .open(&meta, OpenFlags::Read)
+                .map(|f| matches!(f.try_lock(false), Ok(false)))
                 .unwrap_or(false);
             if locked {
                 return Err(Error::Engine(zrecord_engine::Error::StoreBusy {

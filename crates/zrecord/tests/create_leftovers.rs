@@ -125,3 +125,39 @@ fn leftovers_beside_a_record_or_a_foreign_file_are_refused_untouched() {
         assert_eq!(files(dir), before, "{}", dir.display());
     }
 }
+
+/// A `meta.zr` that is a FIFO (no `store.zr`): the probe that tells a
+/// creating store from a broken one opened it to try its lock, and opening
+/// a FIFO waits for a writer: the probe, and so every open and
+/// create-or-open of the directory, blocked for good. Now both are refused
+/// at once, naming the store's files.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_fifo_meta_zr_is_refused_without_blocking() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s");
+    std::fs::create_dir(&p).unwrap();
+    let meta = std::ffi::CString::new(p.join("meta.zr").as_os_str().as_bytes()).unwrap();
+    // SAFETY: `meta` is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(meta.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let q = p.clone();
+    std::thread::spawn(move || {
+        let probe = zrecord::probe(&q).map_err(|e| e.to_string());
+        let create = DenseStore::<f32>::create(&q, &[2], &CreateOptions::new(Codec::Raw))
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        let _ = tx.send((probe, create));
+    });
+    let (probe, create) = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("probe/create still blocked on a FIFO meta.zr after 20 s");
+    let probe = probe.expect_err("a FIFO meta.zr is no store");
+    assert!(
+        probe.contains("store.zr") || probe.contains("meta.zr"),
+        "{probe}"
+    );
+    let create = create.expect_err("a FIFO meta.zr is not taken over");
+    assert!(create.contains("meta.zr"), "{create}");
+}
