@@ -152,6 +152,32 @@ def test_padding_of_a_non_contiguous_structured_append_is_zeroed(kind):
     assert not items[:, pad].any(), items[:, pad]
 
 
+@ours_only
+def test_padding_detection_matches_a_byte_map():
+    """`_has_padding` against the byte-by-byte map above, on padded and
+    unpadded layouts (nested, offset-spaced, unions, subarrays of structs).
+    It now asks a subarray's element once instead of walking every element
+    (a subarray of a million structs took about a second)."""
+    from loaderx.zrecord import _has_padding
+    packed = np.dtype([("a", "u1"), ("b", "<i4")])
+    aligned = np.dtype([("a", "u1"), ("b", "<i4")], align=True)
+    cases = [
+        np.dtype("f4"), packed, aligned, PADDED,
+        np.dtype([("p", aligned), ("q", "<f2")]),
+        np.dtype({"names": ["a", "b"], "formats": ["u1", "u1"], "offsets": [0, 2], "itemsize": 3}),
+        np.dtype({"names": ["a"], "formats": ["u1"], "offsets": [0], "itemsize": 4}),
+        np.dtype({"names": ["a", "b"], "formats": ["<u4", "u1"], "offsets": [0, 0], "itemsize": 4}),
+        np.dtype([("s", packed, (3,))]), np.dtype([("s", aligned, (3,))]),
+        np.dtype([("s", "<f4", (4,)), ("t", "u1")]),
+        np.dtype([("s", np.dtype([("t", aligned, (2,))]), (2,))]),
+    ]
+    for dt in cases:
+        assert _has_padding(dt) == bool(_padding_mask(dt).any()), dt
+    # Element by element, this one took about a second (no timing asserted).
+    assert not _has_padding(np.dtype([("s", packed, (1_000_000,))]))
+    assert _has_padding(np.dtype([("s", aligned, (1_000_000,))]))
+
+
 def test_open_validates_explicit_arguments():
     with DenseStore("d", np.uint8, (4,), codec="raw") as ds:
         ds.append(np.zeros((2, 4), np.uint8))

@@ -179,19 +179,21 @@ def _has_padding(dtype):
     covered = bytearray(dtype.itemsize)
 
     def mark(dt, at):
+        """Marks the bytes `dt` covers at `at`; True when `dt` itself (a
+        subarray's element, at any depth) has padding."""
         if dt.subdtype is not None and dt.subdtype[0].names is not None:
-            base, shape = dt.subdtype
-            for k in range(math.prod(shape)):
-                mark(base, at + k * base.itemsize)
+            # Elements of one dtype back to back: padded exactly when the
+            # element is (asked once, cached), not element by element (a
+            # million-element subarray took a second).
+            if _has_padding(dt.subdtype[0]):
+                return True
         elif dt.names is not None:
-            for name in dt.names:
-                sub, off = dt.fields[name][:2]
-                mark(sub, at + off)
-        else:
-            covered[at:at + dt.itemsize] = b"\x01" * dt.itemsize
+            return any(mark(dt.fields[name][0], at + dt.fields[name][1])
+                       for name in dt.names)
+        covered[at:at + dt.itemsize] = b"\x01" * dt.itemsize
+        return False
 
-    mark(dtype, 0)
-    return not all(covered)
+    return mark(dtype, 0) or not all(covered)
 
 
 def _c_order(a):
