@@ -831,6 +831,20 @@ fn leftovers_beside_a_record_or_a_foreign_file_are_refused_untouched() {
             .collect()
     };
     type Make = Box<dyn Fn(&Path)>;
+    // Leftovers of kind `k` (see `plant_leftovers`), then `file` written
+    // with `bytes`; the refusal names `named`.
+    let plant_then_write = |what: &'static str,
+                            k: usize,
+                            file: &'static str,
+                            bytes: &'static [u8],
+                            named: &'static str|
+     -> (&'static str, Make, &'static str) {
+        let make: Make = Box::new(move |d: &Path| {
+            plant_leftovers(d, k);
+            std::fs::write(d.join(file), bytes).unwrap();
+        });
+        (what, make, named)
+    };
     let cases: Vec<(&str, Make, &str)> = vec![
         (
             "a committed record",
@@ -852,60 +866,29 @@ fn leftovers_beside_a_record_or_a_foreign_file_are_refused_untouched() {
             }),
             "0.chunk",
         ),
-        (
+        plant_then_write(
             "bytes in 0.chunk under an empty meta.zr",
-            Box::new(|d: &Path| {
-                plant_leftovers(d, 1);
-                std::fs::write(d.join("0.chunk"), b"data").unwrap();
-            }),
+            1,
+            "0.chunk",
+            b"data",
             "0.chunk",
         ),
-        (
-            "a foreign file",
-            Box::new(|d: &Path| {
-                plant_leftovers(d, 1);
-                std::fs::write(d.join("notes.txt"), b"mine").unwrap();
-            }),
-            "notes.txt",
-        ),
-        (
+        plant_then_write("a foreign file", 1, "notes.txt", b"mine", "notes.txt"),
+        plant_then_write(
             "a foreign file beside creating files",
-            Box::new(|d: &Path| {
-                plant_leftovers(d, 0);
-                std::fs::write(d.join("notes.txt"), b"mine").unwrap();
-            }),
+            0,
+            "notes.txt",
+            b"mine",
             "notes.txt",
         ),
-        (
-            "store.zr",
-            Box::new(|d: &Path| {
-                plant_leftovers(d, 2);
-                std::fs::write(d.join("store.zr"), b"LXST").unwrap();
-            }),
-            "store.zr",
-        ),
-        (
-            "a durability marker",
-            Box::new(|d: &Path| {
-                plant_leftovers(d, 1);
-                std::fs::write(d.join("durable.zr"), b"").unwrap();
-            }),
-            "durable.zr",
-        ),
-        (
-            "0.chunk without meta.zr",
-            Box::new(|d: &Path| {
-                plant_leftovers(d, 0);
-                std::fs::write(d.join("0.chunk"), b"").unwrap();
-            }),
-            "0.chunk",
-        ),
-        (
+        plant_then_write("store.zr", 2, "store.zr", b"LXST", "store.zr"),
+        plant_then_write("a durability marker", 1, "durable.zr", b"", "durable.zr"),
+        plant_then_write("0.chunk without meta.zr", 0, "0.chunk", b"", "0.chunk"),
+        plant_then_write(
             "a meta.zr of another size",
-            Box::new(|d: &Path| {
-                plant_leftovers(d, 1);
-                std::fs::write(d.join("meta.zr"), b"ZREC").unwrap();
-            }),
+            1,
+            "meta.zr",
+            b"ZREC",
             "0.chunk",
         ),
     ];
