@@ -19,7 +19,7 @@ use zrecord_engine::{Codec, CreateOptions, Durability, Engine, Stats, VerifyRepo
 
 use crate::dtype::{DType, Element, check_storable, encode_identity_dense};
 use crate::error::{Error, Result};
-use crate::index::{Indices, resolve};
+use crate::index::{Indices, resolve_in};
 use crate::store::{self, OpenOptions};
 
 /// Largest record the format holds (2^31 bytes).
@@ -257,6 +257,7 @@ impl DenseCore {
         let len = self.len();
         match indices.iter().find(|&&i| i >= len) {
             Some(&i) => Err(Error::IndexOutOfRange {
+                path: Some(self.path().to_path_buf()),
                 index: i128::from(i),
                 len,
             }),
@@ -423,7 +424,7 @@ impl<T: Element> DenseStore<T> {
     /// Gathers records into a new `(batch, *item_shape)` array in standard
     /// layout.
     pub fn gather<'i>(&self, idx: impl Into<Indices<'i>>) -> Result<ArrayD<T>> {
-        let positions = resolve(&idx.into(), self.len())?;
+        let positions = resolve_in(&idx.into(), self.len(), self.core.path())?;
         let elems = self.core.record_bytes / std::mem::size_of::<T>();
         let total = positions
             .len()
@@ -458,8 +459,8 @@ impl<T: Element> DenseStore<T> {
                     self.core.path().display()
                 ),
                 expected: format!(
-                    "{want:?} ({} records of item shape {:?})",
-                    indices.len(),
+                    "{want:?} ({} of item shape {:?})",
+                    crate::error::records(indices.len() as u64),
                     self.core.item_shape
                 ),
                 found: out.shape().iter().map(|&d| d as u64).collect(),
@@ -493,7 +494,7 @@ impl<T: Element> DenseStore<T> {
 
     /// Deletes records (any index form; see [`DenseCore::delete`]).
     pub fn delete<'i>(&mut self, idx: impl Into<Indices<'i>>) -> Result<()> {
-        let positions = resolve(&idx.into(), self.len())?;
+        let positions = resolve_in(&idx.into(), self.len(), self.core.path())?;
         self.core.delete(&positions)
     }
 
