@@ -113,6 +113,9 @@ pub enum Error {
         record: u64,
         /// Its length by its entry in the `.loc` file.
         stored: u64,
+        /// That `.loc` segment file's name (`3.loc`), for a layer above that
+        /// reports the entry as damaged.
+        loc: String,
         /// The length the caller gave.
         asked: u64,
     },

@@ -83,6 +83,7 @@ impl Engine {
                 Err(Error::RecordLength {
                     record: i,
                     stored: l.logic_length.into(),
+                    loc: crate::format::loc_name(i / self.cfg.loc_segment_entries),
                     asked: record_bytes as u64,
                 })
             }
@@ -118,6 +119,7 @@ impl Engine {
                 Err(Error::RecordLength {
                     record: i,
                     stored: l.logic_length.into(),
+                    loc: crate::format::loc_name(i / self.cfg.loc_segment_entries),
                     asked: want as u64,
                 })
             }

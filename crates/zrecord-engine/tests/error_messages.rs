@@ -140,3 +140,30 @@ fn zstd_range() -> String {
     let r = zstd::compression_level_range();
     format!("{}..={}", r.start(), r.end())
 }
+
+/// Regression: a layer above that finds a record's entry damaged (a dense
+/// store's record of the wrong length) said "its entry in the .loc file",
+/// not which of the store's segment files holds it: `RecordLength` names it.
+#[test]
+fn a_record_length_mismatch_names_the_loc_segment_of_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        loc_segment_entries: 2,
+        ..EngineConfig::default()
+    };
+    let e = Engine::create_with(dir.path(), &CreateOptions::new(Codec::Raw), cfg).unwrap();
+    e.append_fixed(&[7u8; 20], 4).unwrap();
+    let mut out = [0u8; 8];
+    for (record, want) in [(0, "0.loc"), (1, "0.loc"), (3, "1.loc"), (4, "2.loc")] {
+        match e.gather_fixed(&[record], 8, &mut out) {
+            Err(Error::RecordLength { record: r, loc, .. }) if r == record => {
+                assert_eq!(loc, want, "record {record}")
+            }
+            other => panic!("record {record}: {other:?}"),
+        }
+        match e.gather_var(&[record], &mut out, &[0, 6]) {
+            Err(Error::RecordLength { loc, .. }) => assert_eq!(loc, want, "record {record}"),
+            other => panic!("record {record}: {other:?}"),
+        }
+    }
+}

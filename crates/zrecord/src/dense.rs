@@ -241,11 +241,16 @@ impl DenseCore {
             .map_err(|e| match e {
                 // Every record of a dense store has the store's size: an
                 // entry that says otherwise is damage, not a caller's error.
-                zrecord_engine::Error::RecordLength { record, stored, .. } => Error::Corrupted {
+                zrecord_engine::Error::RecordLength {
+                    record,
+                    stored,
+                    loc,
+                    ..
+                } => Error::Corrupted {
                     path: self.path().to_path_buf(),
                     index: record,
                     detail: format!(
-                        "its entry in the .loc file says {stored} bytes, the store's records are {}",
+                        "its entry in {loc} says {stored} bytes, the store's records are {}",
                         self.record_bytes
                     ),
                 },

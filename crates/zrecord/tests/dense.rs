@@ -695,7 +695,7 @@ fn an_entry_whose_length_is_not_the_record_size_is_a_corrupted_record() {
     let m = e.to_string();
     assert!(matches!(e, Error::Corrupted { index: 1, .. }), "{m}");
     assert!(
-        m.contains("says 15 bytes, the store's records are 16"),
+        m.contains("its entry in 0.loc says 15 bytes, the store's records are 16"),
         "{m}"
     );
 }
