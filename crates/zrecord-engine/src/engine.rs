@@ -1077,7 +1077,10 @@ impl Engine {
             if !names.iter().any(|n| *n == format::loc_name(s)) {
                 return Err(Error::corrupted(
                     &p,
-                    format!("missing: meta.zr says {length} records exist"),
+                    format!(
+                        "missing: meta.zr says the store holds {}",
+                        crate::error::records(length)
+                    ),
                 ));
             }
             let entries = (length - s * seg).min(seg);

@@ -90,8 +90,10 @@ pub enum Error {
         file: String,
     },
     /// An index at or past the store's length.
-    #[error("record index {index} is out of range for a store of {len} records")]
+    #[error("{path}: record index {index} is out of range for {}", records(*.len))]
     IndexOutOfRange {
+        /// The store directory.
+        path: PathBuf,
         /// The offending index.
         index: u64,
         /// The store's length when checked.
@@ -111,6 +113,9 @@ pub enum Error {
         record: u64,
         /// Its length by its entry in the `.loc` file.
         stored: u64,
+        /// That `.loc` segment file's name (`3.loc`), for a layer above that
+        /// reports the entry as damaged.
+        loc: String,
         /// The length the caller gave.
         asked: u64,
     },
@@ -243,6 +248,20 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     out
+}
+
+/// `n` and `noun`, plural unless `n` is 1: "1 record", "0 records".
+pub(crate) fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// `n` records, as [`count`] writes it.
+pub(crate) fn records(n: u64) -> String {
+    count(n, "record")
 }
 
 /// For [`Error::ForeignFiles`]: what a file a killed create leaves is. A

@@ -83,6 +83,7 @@ impl Engine {
                 Err(Error::RecordLength {
                     record: i,
                     stored: l.logic_length.into(),
+                    loc: crate::format::loc_name(i / self.cfg.loc_segment_entries),
                     asked: record_bytes as u64,
                 })
             }
@@ -118,6 +119,7 @@ impl Engine {
                 Err(Error::RecordLength {
                     record: i,
                     stored: l.logic_length.into(),
+                    loc: crate::format::loc_name(i / self.cfg.loc_segment_entries),
                     asked: want as u64,
                 })
             }
@@ -221,7 +223,11 @@ impl Engine {
         let mut out = Vec::with_capacity(indices.len());
         for (k, &i) in indices.iter().enumerate() {
             if i >= len {
-                return Err(Error::IndexOutOfRange { index: i, len });
+                return Err(Error::IndexOutOfRange {
+                    path: self.dir.clone(),
+                    index: i,
+                    len,
+                });
             }
             let l = st.table[i as usize];
             check(k, i, &l)?;
@@ -550,7 +556,14 @@ mod tests {
         assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
         let r = e.gather_packed(&[10], &mut offs, |_| Ok::<_, Error>(&mut short[..]));
         assert!(
-            matches!(r, Err(Error::IndexOutOfRange { index: 10, len: 10 })),
+            matches!(
+                r,
+                Err(Error::IndexOutOfRange {
+                    index: 10,
+                    len: 10,
+                    ..
+                })
+            ),
             "{r:?}"
         );
     }

@@ -40,11 +40,17 @@ impl Engine {
         let ngroups = len / k;
         for &g in groups {
             if g >= ngroups && k == 1 {
-                return Err(Error::IndexOutOfRange { index: g, len });
+                return Err(Error::IndexOutOfRange {
+                    path: self.dir.clone(),
+                    index: g,
+                    len,
+                });
             }
             if g >= ngroups {
                 return Err(Error::InvalidArgument(format!(
-                    "group {g} is out of range: the store's {len} records make {ngroups} groups of {k}"
+                    "group {g} is out of range: the store's {} make {} of {k}",
+                    crate::error::records(len),
+                    crate::error::count(ngroups, "group"),
                 )));
             }
         }

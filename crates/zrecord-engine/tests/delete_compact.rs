@@ -67,7 +67,11 @@ fn delete_rejects_out_of_range_without_changing_anything() {
     let (_dir, mut e, model) = filled(Codec::Raw, &cfg, 5);
     assert!(matches!(
         e.delete(&[1, 5]),
-        Err(Error::IndexOutOfRange { index: 5, len: 5 })
+        Err(Error::IndexOutOfRange {
+            index: 5,
+            len: 5,
+            ..
+        })
     ));
     assert_matches(&e, &model);
     assert!(matches!(

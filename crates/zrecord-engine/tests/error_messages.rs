@@ -75,13 +75,41 @@ fn a_group_past_the_end_is_named_as_a_group_with_the_store_length() {
     e.append_fixed(&[7u8; 12], 4).unwrap();
     let m = e.delete_groups(&[5], 3).unwrap_err().to_string();
     assert!(m.contains("group 5"), "{m}");
-    assert!(m.contains("3 records make 1 groups of 3"), "{m}");
+    assert!(m.contains("3 records make 1 group of 3"), "{m}");
     let m = e.delete(&[5]).unwrap_err().to_string();
-    assert!(
-        m.contains("index 5") && m.contains("store of 3 records"),
-        "{m}"
+    assert_eq!(
+        m,
+        format!(
+            "{}: record index 5 is out of range for 3 records",
+            dir.path().display()
+        )
     );
     assert_eq!(e.len(), 3);
+}
+
+/// Regression: an index past the end named neither the store ("record
+/// index 1 is out of range for a store of 1 records": which store, of the
+/// several a loader reads?) nor counted one record as one.
+#[test]
+fn an_index_past_the_end_names_the_store_and_counts_one_record_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = Engine::create(dir.path(), &CreateOptions::new(Codec::Raw)).unwrap();
+    e.append_fixed(&[7u8; 4], 4).unwrap();
+    let want = format!(
+        "{}: record index 1 is out of range for 1 record",
+        dir.path().display()
+    );
+    let mut dst = [0u8; 4];
+    let err = e.gather_fixed(&[1], 4, &mut dst).unwrap_err();
+    assert!(
+        matches!(&err, Error::IndexOutOfRange { path, index: 1, len: 1 } if path == dir.path()),
+        "{err:?}"
+    );
+    assert_eq!(err.to_string(), want);
+    assert_eq!(e.delete(&[1]).unwrap_err().to_string(), want);
+    e.append_fixed(&[7u8; 4], 4).unwrap();
+    let m = e.delete_groups(&[1], 2).unwrap_err().to_string();
+    assert!(m.contains("the store's 2 records make 1 group of 2"), "{m}");
 }
 
 /// Regression: "compression level 1000 is outside zstd's range" did not
@@ -111,4 +139,31 @@ fn a_level_outside_zstds_range_names_the_range() {
 fn zstd_range() -> String {
     let r = zstd::compression_level_range();
     format!("{}..={}", r.start(), r.end())
+}
+
+/// Regression: a layer above that finds a record's entry damaged (a dense
+/// store's record of the wrong length) said "its entry in the .loc file",
+/// not which of the store's segment files holds it: `RecordLength` names it.
+#[test]
+fn a_record_length_mismatch_names_the_loc_segment_of_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        loc_segment_entries: 2,
+        ..EngineConfig::default()
+    };
+    let e = Engine::create_with(dir.path(), &CreateOptions::new(Codec::Raw), cfg).unwrap();
+    e.append_fixed(&[7u8; 20], 4).unwrap();
+    let mut out = [0u8; 8];
+    for (record, want) in [(0, "0.loc"), (1, "0.loc"), (3, "1.loc"), (4, "2.loc")] {
+        match e.gather_fixed(&[record], 8, &mut out) {
+            Err(Error::RecordLength { record: r, loc, .. }) if r == record => {
+                assert_eq!(loc, want, "record {record}")
+            }
+            other => panic!("record {record}: {other:?}"),
+        }
+        match e.gather_var(&[record], &mut out, &[0, 6]) {
+            Err(Error::RecordLength { loc, .. }) => assert_eq!(loc, want, "record {record}"),
+            other => panic!("record {record}: {other:?}"),
+        }
+    }
 }

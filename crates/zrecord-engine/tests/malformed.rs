@@ -306,7 +306,8 @@ fn a_gather_told_the_wrong_record_length_says_so() {
             Error::RecordLength {
                 record: 0,
                 stored: 4,
-                asked: 8
+                asked: 8,
+                ..
             }
         ),
         "{err:?}"
@@ -322,7 +323,8 @@ fn a_gather_told_the_wrong_record_length_says_so() {
             Error::RecordLength {
                 record: 0,
                 stored: 4,
-                asked: 6
+                asked: 6,
+                ..
             }
         ),
         "{err:?}"

@@ -216,7 +216,9 @@ fn bad_arguments_are_rejected_before_any_io() {
     ));
     let mut out = [0u8; 8];
     match e.gather_fixed(&[0, 3], 4, &mut out) {
-        Err(Error::IndexOutOfRange { index: 3, len: 3 }) => {}
+        Err(Error::IndexOutOfRange {
+            index: 3, len: 3, ..
+        }) => {}
         other => panic!("{other:?}"),
     }
     assert!(matches!(

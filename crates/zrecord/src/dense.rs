@@ -19,7 +19,7 @@ use zrecord_engine::{Codec, CreateOptions, Durability, Engine, Stats, VerifyRepo
 
 use crate::dtype::{DType, Element, check_storable, encode_identity_dense};
 use crate::error::{Error, Result};
-use crate::index::{Indices, resolve};
+use crate::index::{Indices, resolve_in};
 use crate::store::{self, OpenOptions};
 
 /// Largest record the format holds (2^31 bytes).
@@ -241,11 +241,16 @@ impl DenseCore {
             .map_err(|e| match e {
                 // Every record of a dense store has the store's size: an
                 // entry that says otherwise is damage, not a caller's error.
-                zrecord_engine::Error::RecordLength { record, stored, .. } => Error::Corrupted {
+                zrecord_engine::Error::RecordLength {
+                    record,
+                    stored,
+                    loc,
+                    ..
+                } => Error::Corrupted {
                     path: self.path().to_path_buf(),
                     index: record,
                     detail: format!(
-                        "its entry in the .loc file says {stored} bytes, the store's records are {}",
+                        "its entry in {loc} says {stored} bytes, the store's records are {}",
                         self.record_bytes
                     ),
                 },
@@ -257,6 +262,7 @@ impl DenseCore {
         let len = self.len();
         match indices.iter().find(|&&i| i >= len) {
             Some(&i) => Err(Error::IndexOutOfRange {
+                path: Some(self.path().to_path_buf()),
                 index: i128::from(i),
                 len,
             }),
@@ -423,7 +429,7 @@ impl<T: Element> DenseStore<T> {
     /// Gathers records into a new `(batch, *item_shape)` array in standard
     /// layout.
     pub fn gather<'i>(&self, idx: impl Into<Indices<'i>>) -> Result<ArrayD<T>> {
-        let positions = resolve(&idx.into(), self.len())?;
+        let positions = resolve_in(&idx.into(), self.len(), self.core.path())?;
         let elems = self.core.record_bytes / std::mem::size_of::<T>();
         let total = positions
             .len()
@@ -458,8 +464,8 @@ impl<T: Element> DenseStore<T> {
                     self.core.path().display()
                 ),
                 expected: format!(
-                    "{want:?} ({} records of item shape {:?})",
-                    indices.len(),
+                    "{want:?} ({} of item shape {:?})",
+                    crate::error::records(indices.len() as u64),
                     self.core.item_shape
                 ),
                 found: out.shape().iter().map(|&d| d as u64).collect(),
@@ -493,7 +499,7 @@ impl<T: Element> DenseStore<T> {
 
     /// Deletes records (any index form; see [`DenseCore::delete`]).
     pub fn delete<'i>(&mut self, idx: impl Into<Indices<'i>>) -> Result<()> {
-        let positions = resolve(&idx.into(), self.len())?;
+        let positions = resolve_in(&idx.into(), self.len(), self.core.path())?;
         self.core.delete(&positions)
     }
 

@@ -183,8 +183,15 @@ pub enum Error {
     Engine(#[from] zrecord_engine::Error),
 
     /// A record index outside `0..len` (negative indices already wrapped).
-    #[error("index {index} is out of range for a store of {len} records")]
+    #[error(
+        "{}record index {index} is out of range for {}",
+        store_prefix(.path.as_deref()),
+        records(*.len)
+    )]
     IndexOutOfRange {
+        /// The store directory; `None` only from [`resolve`](crate::resolve)
+        /// called on its own (the stores name themselves).
+        path: Option<PathBuf>,
         /// The index as the caller gave it.
         index: i128,
         /// The store's length.
@@ -380,6 +387,21 @@ fn invisible(c: char) -> bool {
                 | '\u{feff}'
                 | '\u{e0000}'..='\u{e007f}'
         )
+}
+
+/// `"{path}: "`, or nothing without a path.
+fn store_prefix(path: Option<&std::path::Path>) -> String {
+    path.map(|p| format!("{}: ", p.display()))
+        .unwrap_or_default()
+}
+
+/// `n` records, "1 record" for one.
+pub(crate) fn records(n: u64) -> String {
+    if n == 1 {
+        "1 record".to_owned()
+    } else {
+        format!("{n} records")
+    }
 }
 
 /// The hint for a token that starts with a byte-order mark.

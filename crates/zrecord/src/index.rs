@@ -15,6 +15,7 @@
 //! ```
 
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
+use std::path::Path;
 
 use crate::error::{Error, Result};
 
@@ -76,6 +77,7 @@ pub fn resolve(idx: &Indices<'_>, len: u64) -> Result<Vec<u64>> {
         Indices::Position(p) => {
             if *p >= len {
                 return Err(Error::IndexOutOfRange {
+                    path: None,
                     index: i128::from(*p),
                     len,
                 });
@@ -86,6 +88,7 @@ pub fn resolve(idx: &Indices<'_>, len: u64) -> Result<Vec<u64>> {
         Indices::Positions(pos) => {
             if let Some(&bad) = pos.iter().find(|&&p| p >= len) {
                 return Err(Error::IndexOutOfRange {
+                    path: None,
                     index: i128::from(bad),
                     len,
                 });
@@ -95,8 +98,9 @@ pub fn resolve(idx: &Indices<'_>, len: u64) -> Result<Vec<u64>> {
         Indices::Mask(mask) => {
             if mask.len() as u64 != len {
                 return Err(Error::invalid(format!(
-                    "boolean mask of length {} for a store of {len} records",
-                    mask.len()
+                    "boolean mask of length {} for a store of {}",
+                    mask.len(),
+                    crate::error::records(len)
                 )));
             }
             Ok(mask
@@ -110,6 +114,22 @@ pub fn resolve(idx: &Indices<'_>, len: u64) -> Result<Vec<u64>> {
     }
 }
 
+/// [`resolve`] for the store at `path`, which an out-of-range error names.
+pub(crate) fn resolve_in(idx: &Indices<'_>, len: u64, path: &Path) -> Result<Vec<u64>> {
+    resolve(idx, len).map_err(|e| match e {
+        Error::IndexOutOfRange {
+            path: None,
+            index,
+            len,
+        } => Error::IndexOutOfRange {
+            path: Some(path.to_path_buf()),
+            index,
+            len,
+        },
+        e => e,
+    })
+}
+
 fn wrap(i: i64, len: u64) -> Result<u64> {
     let len_i = i128::from(len);
     let j = if i < 0 {
@@ -119,6 +139,7 @@ fn wrap(i: i64, len: u64) -> Result<u64> {
     };
     if j < 0 || j >= len_i {
         return Err(Error::IndexOutOfRange {
+            path: None,
             index: i128::from(i),
             len,
         });
@@ -424,7 +445,7 @@ mod tests {
         assert_eq!(resolve(&Indices::One(-3), 3).unwrap(), vec![0]);
         for bad in [3i64, -4, i64::MAX, i64::MIN] {
             match resolve(&Indices::One(bad), 3) {
-                Err(Error::IndexOutOfRange { index, len }) => {
+                Err(Error::IndexOutOfRange { index, len, .. }) => {
                     assert_eq!((index, len), (i128::from(bad), 3))
                 }
                 other => panic!("{bad}: {other:?}"),
@@ -448,7 +469,9 @@ mod tests {
             assert!(idx.is_one());
             match resolve(&idx, 3) {
                 Err(e @ Error::IndexOutOfRange { .. }) => {
-                    assert!(matches!(e, Error::IndexOutOfRange { index, len: 3 } if index == want));
+                    assert!(
+                        matches!(e, Error::IndexOutOfRange { index, len: 3, .. } if index == want)
+                    );
                     assert!(e.to_string().contains(&want.to_string()), "{e}");
                 }
                 other => panic!("{idx:?}: {other:?}"),
@@ -465,7 +488,9 @@ mod tests {
             vec![2, 3, 0, 2]
         );
         match resolve(&Indices::List(&[0, 5]), 4) {
-            Err(Error::IndexOutOfRange { index: 5, len: 4 }) => {}
+            Err(Error::IndexOutOfRange {
+                index: 5, len: 4, ..
+            }) => {}
             other => panic!("{other:?}"),
         }
         assert_eq!(

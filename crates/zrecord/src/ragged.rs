@@ -20,7 +20,7 @@ use zrecord_engine::{Codec, CreateOptions, Durability, Engine, Stats, VerifyRepo
 
 use crate::dtype::{DType, Element, check_storable, encode_identity_ragged};
 use crate::error::{Error, Result};
-use crate::index::{Indices, resolve};
+use crate::index::{Indices, resolve_in};
 use crate::store::{self, OpenOptions};
 
 /// Largest record the format holds (2^31 bytes).
@@ -290,6 +290,7 @@ impl RaggedCore {
         let len = self.len();
         match indices.iter().find(|&&i| i >= len) {
             Some(&i) => Err(Error::IndexOutOfRange {
+                path: Some(self.path().to_path_buf()),
                 index: i128::from(i),
                 len,
             }),
@@ -635,8 +636,8 @@ impl RaggedBatch {
     pub fn view<T: Element>(&self, k: usize) -> Result<ArrayViewD<'_, T>> {
         if k >= self.len() {
             return Err(Error::invalid(format!(
-                "record {k} is out of range for a ragged batch of {} records",
-                self.len()
+                "record {k} is out of range for a ragged batch of {}",
+                crate::error::records(self.len() as u64)
             )));
         }
         let dt = DType::of::<T>()?;
@@ -773,7 +774,7 @@ impl<T: Element> RaggedStore<T> {
 
     /// Gathers records as arrays of their own shapes.
     pub fn gather<'i>(&self, idx: impl Into<Indices<'i>>) -> Result<Vec<ArrayD<T>>> {
-        let positions = resolve(&idx.into(), self.len())?;
+        let positions = resolve_in(&idx.into(), self.len(), self.core.path())?;
         let mut batch = RaggedBatch::new();
         self.core.gather_into(&positions, &mut batch)?;
         // Copied out as T (alignment-free), not viewed: an element aligned
@@ -814,7 +815,7 @@ impl<T: Element> RaggedStore<T> {
 
     /// Deletes records (any index form; see [`RaggedCore::delete`]).
     pub fn delete<'i>(&mut self, idx: impl Into<Indices<'i>>) -> Result<()> {
-        let positions = resolve(&idx.into(), self.len())?;
+        let positions = resolve_in(&idx.into(), self.len(), self.core.path())?;
         self.core.delete(&positions)
     }
 

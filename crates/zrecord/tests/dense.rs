@@ -165,13 +165,19 @@ fn every_index_form_gathers_what_numpy_would() {
     assert_eq!(s.get(0).unwrap().ndim(), 0);
     for bad in [10i64, -11] {
         match s.gather(bad) {
-            Err(Error::IndexOutOfRange { index, len: 10 }) => assert_eq!(index, i128::from(bad)),
+            Err(Error::IndexOutOfRange { index, len: 10, .. }) => {
+                assert_eq!(index, i128::from(bad))
+            }
             other => panic!("{bad}: {other:?}"),
         }
     }
     assert!(matches!(
         s.gather(&[0i64, 12][..]),
-        Err(Error::IndexOutOfRange { index: 12, len: 10 })
+        Err(Error::IndexOutOfRange {
+            index: 12,
+            len: 10,
+            ..
+        })
     ));
     assert!(matches!(
         s.gather(&[true, false][..]),
@@ -179,7 +185,11 @@ fn every_index_form_gathers_what_numpy_would() {
     ));
     assert!(matches!(
         s.core().gather_bytes_into(&[10], &mut [0u8; 8]),
-        Err(Error::IndexOutOfRange { index: 10, len: 10 })
+        Err(Error::IndexOutOfRange {
+            index: 10,
+            len: 10,
+            ..
+        })
     ));
 }
 
@@ -524,7 +534,7 @@ fn out_of_range_unsigned_index_is_named_as_passed() {
     for (idx, shown) in [(u64::MAX, u64::MAX.to_string()), (4, "4".to_string())] {
         let e = s.gather(idx).unwrap_err();
         assert!(
-            matches!(e, Error::IndexOutOfRange { index, len: 4 } if index == i128::from(idx)),
+            matches!(e, Error::IndexOutOfRange { index, len: 4, .. } if index == i128::from(idx)),
             "{e:?}"
         );
         assert!(e.to_string().contains(&format!("index {shown} ")), "{e}");
@@ -685,7 +695,7 @@ fn an_entry_whose_length_is_not_the_record_size_is_a_corrupted_record() {
     let m = e.to_string();
     assert!(matches!(e, Error::Corrupted { index: 1, .. }), "{m}");
     assert!(
-        m.contains("says 15 bytes, the store's records are 16"),
+        m.contains("its entry in 0.loc says 15 bytes, the store's records are 16"),
         "{m}"
     );
 }

@@ -150,3 +150,74 @@ fn an_npy_array_whose_data_misfits_its_shape_says_both_sizes() {
         "{m}"
     );
 }
+
+/// Regression: an index past the end said "index 1 is out of range for a
+/// store of 1 records", naming no store (a loader reads several) and
+/// counting one record as "1 records". Every way in names the store:
+/// `get`, `gather` (any index form), `delete`, and the byte-level cores.
+#[test]
+fn an_index_past_the_end_names_the_store_and_counts_one_record_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let dpath = dir.path().join("dense");
+    let mut d = DenseStore::<f32>::create(&dpath, &[2], &CreateOptions::new(Codec::Raw)).unwrap();
+    d.append(Array2::<f32>::ones((1, 2)).view()).unwrap();
+    let rpath = dir.path().join("ragged");
+    let mut r = RaggedStore::<i32>::create(&rpath, &CreateOptions::new(Codec::Raw)).unwrap();
+    r.append([array![1, 2].view()]).unwrap();
+    let at = |path: &std::path::Path, i: i64| {
+        format!(
+            "{}: record index {i} is out of range for 1 record",
+            path.display()
+        )
+    };
+    let mut out = [0u8; 8];
+    let mut batch = RaggedBatch::new();
+    let cases = [
+        (&dpath, 1, d.get(1).unwrap_err()),
+        (&dpath, -2, d.gather(&[0i64, -2][..]).unwrap_err()),
+        (
+            &dpath,
+            1,
+            d.core().gather_bytes_into(&[1], &mut out).unwrap_err(),
+        ),
+        (&rpath, 1, r.get(1).unwrap_err()),
+        (&rpath, 3, r.gather(Indices::Positions(&[3])).unwrap_err()),
+        (&rpath, 1, r.gather_into(&[1], &mut batch).unwrap_err()),
+    ];
+    for (path, i, e) in cases {
+        assert!(
+            matches!(&e, Error::IndexOutOfRange { path: Some(p), len: 1, .. } if p == path),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), at(path, i));
+    }
+    assert_eq!(d.delete(5).unwrap_err().to_string(), at(&dpath, 5));
+    assert_eq!(r.delete(-2).unwrap_err().to_string(), at(&rpath, -2));
+    assert_eq!((d.len(), r.len()), (1, 1));
+    // Without a store, `resolve` names none.
+    let m = zrecord::resolve(&Indices::One(2), 2)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(m, "record index 2 is out of range for 2 records");
+}
+
+/// Counts of one record say "1 record": a mask for the wrong length and a
+/// batch view past the end.
+#[test]
+fn counts_of_one_record_are_singular() {
+    let m = zrecord::resolve(&Indices::Mask(&[true, false]), 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.ends_with("boolean mask of length 2 for a store of 1 record"),
+        "{m}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let r =
+        RaggedStore::<i32>::create(dir.path().join("r"), &CreateOptions::new(Codec::Raw)).unwrap();
+    r.append([array![1, 2].view()]).unwrap();
+    let mut batch = RaggedBatch::new();
+    r.gather_into(&[0], &mut batch).unwrap();
+    let m = batch.view::<i32>(1).unwrap_err().to_string();
+    assert!(m.ends_with("ragged batch of 1 record"), "{m}");
+}
