@@ -65,18 +65,7 @@ fn racing_creators_leave_one_store_and_a_clear_refusal() {
         if round % 2 == 0 {
             std::fs::create_dir(&dir).unwrap();
         }
-        let go = Barrier::new(creators);
-        let results: Vec<Result<Engine, Error>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..creators)
-                .map(|_| {
-                    s.spawn(|| {
-                        go.wait();
-                        Engine::create(&dir, &CreateOptions::new(Codec::Raw))
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let results = race_creates(&dir, creators);
         let mut winners = 0;
         for r in &results {
             match r {
@@ -748,18 +737,7 @@ fn creates_racing_over_a_killed_creates_files_leave_one_store() {
     for round in 0..ROUNDS {
         let dir = tmp.path().join(format!("s{round}"));
         plant_leftovers(&dir, round % 3);
-        let go = Barrier::new(creators);
-        let results: Vec<Result<Engine, Error>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..creators)
-                .map(|_| {
-                    s.spawn(|| {
-                        go.wait();
-                        Engine::create(&dir, &CreateOptions::new(Codec::Raw))
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let results = race_creates(&dir, creators);
         let mut winners = 0;
         for r in &results {
             let o = match r {
@@ -1011,4 +989,21 @@ fn leftovers_that_are_no_plain_files_are_refused_and_nothing_outside_is_touched(
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// `creators` threads released at once, each creating a raw store in
+/// `dir`; their results.
+fn race_creates(dir: &Path, creators: usize) -> Vec<Result<Engine, Error>> {
+    let go = Barrier::new(creators);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..creators)
+            .map(|_| {
+                s.spawn(|| {
+                    go.wait();
+                    Engine::create(dir, &CreateOptions::new(Codec::Raw))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
 }
