@@ -38,14 +38,18 @@ pub enum Error {
     /// More ranks than indices in a global batch: some rank would get an
     /// empty slice of every batch, which stalls collective training steps.
     #[error(
-        "world_size {world} exceeds the global batch of {global} indices: \
-         every rank needs at least one index per step"
+        "world_size {world} exceeds the global batch of {global} indices{}: \
+         every rank needs at least one index per step",
+        cut_batch(*.global, *.batch_size)
     )]
     WorldExceedsBatch {
         /// The world size asked for.
         world: usize,
         /// The global batch length (batch_size, or n in cyclic mode when n < batch_size).
         global: usize,
+        /// The batch size asked for (more than `global` when a cyclic
+        /// sampler's `n` cut every batch to `n`).
+        batch_size: usize,
     },
     /// The caller's buffer cannot hold one batch.
     #[error("output buffer holds {got} indices but a batch needs {needed}")]
@@ -62,3 +66,13 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// For [`Error::WorldExceedsBatch`]: where a global batch shorter than the
+/// batch size asked for comes from.
+fn cut_batch(global: usize, batch_size: usize) -> String {
+    if global < batch_size {
+        format!(" (batch_size {batch_size}, cut to n = {global}: a cyclic batch repeats no index)")
+    } else {
+        String::new()
+    }
+}

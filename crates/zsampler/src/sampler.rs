@@ -168,6 +168,7 @@ impl Sampler {
             return Err(Error::WorldExceedsBatch {
                 world: world_size,
                 global: self.global,
+                batch_size: self.batch_size,
             });
         }
         // No new length is set here: a rank's lanes are a slice of the

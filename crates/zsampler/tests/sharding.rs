@@ -115,18 +115,32 @@ fn invalid_arguments_are_errors_not_panics() {
         s.clone().sharded(0, 5).unwrap_err(),
         Error::WorldExceedsBatch {
             world: 5,
-            global: 4
+            global: 4,
+            batch_size: 4
         }
+    );
+    assert!(
+        !s.clone()
+            .sharded(0, 5)
+            .unwrap_err()
+            .to_string()
+            .contains("cyclic"),
+        "a full batch needs no explanation"
     );
     // Cyclic with n < batch: the global batch is n long.
     let c = Sampler::new(3, 4, Mode::Cyclic, 0).unwrap();
+    let e = c.sharded(0, 4).unwrap_err();
     assert_eq!(
-        c.sharded(0, 4).unwrap_err(),
+        e,
         Error::WorldExceedsBatch {
             world: 4,
-            global: 3
+            global: 3,
+            batch_size: 4
         }
     );
+    // The message says where the 3 comes from.
+    let m = e.to_string();
+    assert!(m.contains("batch_size 4, cut to n = 3"), "{m}");
     let mut buf = [0u64; 3];
     assert_eq!(
         s.batch_at(0, &mut buf).unwrap_err(),
