@@ -253,9 +253,7 @@ fn a_create_cut_short_at_any_call_leaves_no_store_or_an_empty_one() {
         snaps.push(vfs.snapshot());
         drop(e);
         for (p, snap) in snaps.iter().enumerate() {
-            let mut cut = vec![("kill", snap.kill_image())];
-            cut.extend((0..10).map(|seed| ("power cut", snap.crash_image(seed))));
-            for (k, (how, image)) in cut.into_iter().enumerate() {
+            for (k, (how, image)) in cut_images(snap, 10).into_iter().enumerate() {
                 let what = format!("{codec:?}: {how} at call {p} of {points} (image {k})");
                 images += 1;
                 let f = open_cut_short(&image.fork(), dir, &what).unwrap_or_else(|m| panic!("{m}"));
@@ -643,9 +641,7 @@ fn a_typed_create_cut_short_is_taken_over_unless_store_zr_made_it() {
         snaps.push(vfs.snapshot());
         drop(e);
         for (p, snap) in snaps.iter().enumerate() {
-            let mut cut = vec![("kill", snap.kill_image())];
-            cut.extend((0..6).map(|seed| ("power cut", snap.crash_image(seed))));
-            for (k, (how, image)) in cut.into_iter().enumerate() {
+            for (k, (how, image)) in cut_images(snap, 6).into_iter().enumerate() {
                 let what = format!("{codec:?}: {how} at call {p} (image {k})");
                 let before = common_files(&image, dir);
                 if before.iter().any(|(n, _)| n == "store.zr") {
@@ -1006,4 +1002,15 @@ fn race_creates(dir: &Path, creators: usize) -> Vec<Result<Engine, Error>> {
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// The images a process cut short at `snap` can leave: the kill image (the
+/// page cache survives) and `power_cuts` crash images (seeds `0..`).
+fn cut_images(
+    snap: &zrecord_engine::sim::Snapshot,
+    power_cuts: u64,
+) -> Vec<(&'static str, SimVfs)> {
+    let mut cut = vec![("kill", snap.kill_image())];
+    cut.extend((0..power_cuts).map(|seed| ("power cut", snap.crash_image(seed))));
+    cut
 }
