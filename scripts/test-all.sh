@@ -17,6 +17,9 @@ scripts/ref-venv.sh
 step "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "clippy for macOS (aarch64-apple-darwin: compiles, not run)"
+scripts/check-macos.sh
+
 step "rust tests"
 cargo test --workspace --locked
 

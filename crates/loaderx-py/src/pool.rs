@@ -86,8 +86,10 @@ impl Region {
         // `base + skip .. base + skip + len` lies inside the
         // `map_len = max(len, 1) + pad` bytes just mapped.
         let ptr = unsafe { base.add(skip) };
+        // Advice only: failure (THP disabled) leaves ordinary pages. Linux
+        // only: other kernels have no transparent huge pages to ask for.
+        #[cfg(target_os = "linux")]
         if pad != 0 {
-            // Advice only: failure (THP disabled) leaves ordinary pages.
             // SAFETY: the range lies inside our own mapping.
             unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
         }

@@ -419,6 +419,7 @@ impl Engine {
 const PREFETCH_AHEAD: usize = 8;
 /// Cache lines prefetched per record; the hardware prefetcher streams the
 /// rest of a record once its first lines are touched.
+#[cfg(target_arch = "x86_64")]
 const PREFETCH_LINES: usize = 8;
 
 /// Hints the CPU to load the first lines of a record's stored bytes (mmap
@@ -443,6 +444,10 @@ fn prefetch(chunks: &[Arc<Handle>], loc: &Loc) {
             unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes[at..].as_ptr().cast()) };
         }
     }
+    // Elsewhere (aarch64's prefetch intrinsic is not stable) the hardware
+    // prefetcher is left to find the records alone.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (chunks, loc);
 }
 
 /// Carves `dst` into one slice per record: `offsets[k]..offsets[k + 1]`,

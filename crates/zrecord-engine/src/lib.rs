@@ -57,6 +57,15 @@
 //! ```
 #![deny(missing_docs)]
 
+// Positional reads and writes, advisory locks that leave readers alone,
+// non-blocking opens and fork detection are Unix calls; Windows locks are
+// mandatory (a locked meta.zr could not be read by other handles) and would
+// need another design, not a shim.
+#[cfg(not(unix))]
+compile_error!(
+    "zrecord-engine supports Unix systems (Linux, macOS); Windows is not supported (see the README's Platforms)"
+);
+
 mod aligned;
 mod append;
 mod codec;

@@ -30,7 +30,7 @@ fn fill(e: &Engine, n: u64) -> Vec<Vec<u8>> {
     recs
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 #[test]
 fn a_forked_child_gathers_appends_and_compresses_on_its_own_thread() {
     let _g = serial();
@@ -116,7 +116,7 @@ fn reads_back(e: &Engine, recs: &[Vec<u8>]) -> i32 {
     0
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 #[test]
 fn compaction_refuses_while_a_forked_child_may_read_through_the_handle() {
     // The child's inherited handle keeps the record table and memory maps

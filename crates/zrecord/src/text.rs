@@ -2232,6 +2232,7 @@ mod tests {
 
     /// The chunk parser over all of `text` with delimiter `d`, built for
     /// `V3` or not: the rows' values, or the error's words.
+    #[cfg(target_arch = "x86_64")]
     fn chunk_parse<const V3: bool>(text: &str, d: u8) -> std::result::Result<Vec<f64>, String> {
         let opts = LoadTxtOptions {
             delimiter: Some(d),
