@@ -333,11 +333,38 @@ impl Vfs for RealVfs {
         File::open(dir)?.sync_all()
     }
 
+    #[cfg(not(target_os = "macos"))]
     fn boot_id(&self) -> Option<Vec<u8>> {
         // Linux: a random UUID drawn at each boot (the host's, inside a
         // container, which is the kernel whose page cache holds the writes).
         let b = std::fs::read("/proc/sys/kernel/random/boot_id").ok()?;
         let id = b.trim_ascii();
+        (!id.is_empty()).then(|| id.to_vec())
+    }
+
+    #[cfg(target_os = "macos")]
+    fn boot_id(&self) -> Option<Vec<u8>> {
+        // macOS: the kernel's boot session UUID, a NUL-terminated string
+        // drawn at each boot.
+        let mut b = [0u8; 128];
+        let mut len = b.len();
+        // SAFETY: the name is NUL-terminated; `b` has `len` writable bytes
+        // and the kernel writes at most `len` of them, storing the count in
+        // `len`; no new value is set (null pointer, 0 bytes).
+        let r = unsafe {
+            libc::sysctlbyname(
+                c"kern.bootsessionuuid".as_ptr(),
+                b.as_mut_ptr().cast(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if r != 0 {
+            return None;
+        }
+        let b = &b[..len.min(b.len())];
+        let id = b.split(|&c| c == 0).next().unwrap_or_default().trim_ascii();
         (!id.is_empty()).then(|| id.to_vec())
     }
 }
