@@ -17,8 +17,8 @@ scripts/ref-venv.sh
 step "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "clippy for macOS (aarch64-apple-darwin: compiles, not run)"
-scripts/check-macos.sh
+step "clippy for macOS and Linux on ARM (compiled, not run)"
+scripts/check-targets.sh
 
 step "rust tests"
 cargo test --workspace --locked
