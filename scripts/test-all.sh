@@ -20,6 +20,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "clippy for macOS and Linux on ARM (compiled, not run)"
 scripts/check-targets.sh
 
+step "rustdoc of the library crates (broken intra-doc links and bad doc markup are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked -q \
+  -p zrecord-engine -p zrecord -p zsampler -p loaderx
+
 step "rust tests"
 cargo test --workspace --locked
 
