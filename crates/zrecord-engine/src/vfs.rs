@@ -127,6 +127,33 @@ pub trait Vfs: Send + Sync + Debug {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealVfs;
 
+/// Makes `f`'s writes durable (its data only, or its metadata too). On
+/// macOS std asks for `F_FULLFSYNC`, a flush of the drive's cache; file
+/// systems without it (SMB shares, some FUSE ones) answer `ENOTSUP` or
+/// `EINVAL`, and there a plain `fsync` is the most there is.
+fn flush(f: &File, data_only: bool) -> io::Result<()> {
+    let r = if data_only {
+        f.sync_data()
+    } else {
+        f.sync_all()
+    };
+    #[cfg(target_vendor = "apple")]
+    if let Err(e) = &r
+        && matches!(
+            e.raw_os_error(),
+            Some(libc::ENOTSUP | libc::EOPNOTSUPP | libc::EINVAL)
+        )
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fsync of a descriptor `f` owns for the whole call.
+        return match unsafe { libc::fsync(f.as_raw_fd()) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        };
+    }
+    r
+}
+
 #[derive(Debug)]
 struct RealFile {
     file: File,
@@ -219,7 +246,7 @@ impl StorageFile for RealFile {
     }
 
     fn sync(&self) -> io::Result<()> {
-        self.file.sync_data()
+        flush(&self.file, true)
     }
 
     fn try_lock(&self, exclusive: bool) -> io::Result<bool> {
@@ -330,7 +357,7 @@ impl Vfs for RealVfs {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
+        flush(&File::open(dir)?, false)
     }
 
     #[cfg(not(target_os = "macos"))]
