@@ -8,7 +8,8 @@
 
 The API, defaults, exception types and on-disk format are those of
 loaderx 1.7.2. Additions: ``read_only=True`` opens an existing store without
-taking the writer lock, ``level=`` picks the zstd level of this handle's
+taking the writer lock (such a store pickles: it opens again, read-only,
+where it is unpickled), ``level=`` picks the zstd level of this handle's
 appends (when a compressed store is created or reopened; it is not stored, and
 raw stores and read-only handles refuse one), ``durability=`` says when appends
 become durable (see below), and every failure is a precise
@@ -33,6 +34,7 @@ may still read through the handle): close and reopen the store to compact.
 
 from pathlib import Path
 import ast
+import os
 import functools
 import math
 import operator
@@ -272,6 +274,11 @@ class _Handle:
                 pass
 
 
+def _reopen_read_only(cls, path):
+    """Unpickles a read-only store: opens it again, read-only."""
+    return cls(path, read_only=True)
+
+
 class _Base:
     """Type identity, index normalization and lifecycle common to both kinds."""
 
@@ -287,6 +294,9 @@ class _Base:
                  dict_bytes=None, read_only=False, level=None,
                  durability="at_sync"):
         self.path = Path(path)
+        # Where a pickled copy reopens, whatever the working directory is
+        # by then.
+        self._abs_path = os.path.abspath(self.path)
         self._kind = kind
         self.read_only = bool(read_only)
         if durability not in DURABILITIES:
@@ -441,6 +451,33 @@ class _Base:
         if core is not None:
             handle.core = None
             core.close()
+
+    def __copy__(self):
+        # A shallow copy shares the open handle, as in loaderx 1.7.2 (and as
+        # before __reduce__ existed, which copy.copy would otherwise use).
+        dup = object.__new__(type(self))
+        dup.__dict__.update(self.__dict__)
+        return dup
+
+    def __reduce__(self):
+        """Pickling, for worker processes started with ``spawn`` or
+        ``forkserver`` (a PyTorch ``DataLoader``'s workers; ``forkserver`` is
+        Linux's default from Python 3.14): a ``read_only=True`` store pickles
+        as its absolute path and is opened again, read-only, where it is
+        unpickled; that process then holds its own handle and sees the
+        store as it is then. ``copy.deepcopy`` does the same. A read-write
+        store does not pickle (``TypeError``): its lock is exclusive and
+        belongs to this process."""
+        name = type(self).__name__
+        if self._core is None:
+            raise TypeError(f"cannot pickle {name} {str(self.path)!r}: the store is closed")
+        if not self.read_only:
+            raise TypeError(
+                f"cannot pickle a read-write {name} ({str(self.path)!r}): its lock "
+                "belongs to this process; open it with read_only=True to share it "
+                "with worker processes"
+            )
+        return (_reopen_read_only, (type(self), self._abs_path))
 
     def __repr__(self):
         state = "closed" if self._core is None else f"{len(self)} records"
