@@ -78,6 +78,32 @@ def test_a_complex_index_is_refused_not_cast():
             assert isinstance(info.value, TypeError) and isinstance(info.value, IndexError)
 
 
+@ours_only
+@pytest.mark.parametrize("idx", [np.timedelta64(1), np.timedelta64(1, "s"), np.timedelta64(-1, "ns"),
+                                 np.timedelta64("NaT"), np.array([np.timedelta64(1)], dtype=object)],
+                         ids=["generic", "seconds", "negative-ns", "NaT", "object-array"])
+def test_a_timedelta64_scalar_is_refused_like_a_timedelta64_array(idx):
+    """A ``timedelta64`` is a ``np.signedinteger``: a scalar went down the
+    integer path, where ``np.timedelta64(1)`` read record 1 and
+    ``np.timedelta64(1, 's')`` failed in ``int()`` with a bare
+    ``TypeError`` (difftest session 14), while a ``timedelta64`` index
+    array is refused (``InvalidIndex``, documented; loaderx 1.7.2 casts
+    both). Every form is refused now, by every method that takes an index,
+    and nothing is deleted."""
+    from loaderx.zrecord import InvalidIndex
+    with DenseStore("d", np.int32, ()) as ds:
+        ds.append(np.arange(10, dtype=np.int32))
+        for call in (ds.__getitem__, ds.__getitems__, ds.delete,
+                     lambda i: ds.gather_into(i, np.empty((), np.int32))):
+            with pytest.raises(InvalidIndex, match="timedelta64"):
+                call(idx)
+        assert len(ds) == 10
+    with RaggedStore("r", np.int32) as rs:
+        rs.append([np.arange(3, dtype=np.int32)] * 3)
+        with pytest.raises(InvalidIndex, match="timedelta64"):
+            rs[idx]
+
+
 def test_a_bool_is_not_a_batch_size():
     with pytest.raises(TypeError):
         Sampler(10, True, 0)
@@ -237,3 +263,40 @@ def test_a_float_index_array_reads_without_a_warning(dtype):
             np.testing.assert_array_equal(ds[np.array([1, 2], dtype)], [1, 2])
             ds.delete(np.array([0], dtype))
         assert len(ds) == 9
+
+
+@ours_only
+def test_one_transform_worker_sees_the_batches_in_step_order():
+    """loaderx 1.7.2 has one gather thread, so with ``num_workers=1`` its
+    transform is called on step 0, 1, 2, ... in turn. Ours gathers on two
+    threads, and the transform took batches as their gathers finished: a
+    stateful transform's fourth call was not step 3 (difftest session 14:
+    one failing on its fourth call raised after a different batch than in
+    the reference), so an augmentation drawing from a global RNG did not
+    reproduce. ``allocate`` holds up the first gather, so the other thread
+    runs ahead."""
+    import threading
+    import time
+    ds = DenseStore("d", np.int64, (1,))
+    ds.append(np.arange(32, dtype=np.int64).reshape(32, 1))
+    first = [True]
+    lock = threading.Lock()
+
+    def allocate(name, shape, dtype):
+        with lock:
+            slow, first[0] = first[0], False
+        if slow:
+            time.sleep(0.3)
+        return np.empty(shape, dtype)
+
+    seen = []
+
+    def transform(batch):
+        seen.append(int(batch["a"][0, 0]))
+        return batch
+
+    with DataLoader({"a": ds}, num_workers=1, batch_size=2, mode=0, transform=transform,
+                    allocate=allocate) as loader:
+        got = [int(next(loader)["a"][0, 0]) for _ in range(6)]
+    assert got == [0, 2, 4, 6, 8, 10]
+    assert seen[:6] == [0, 2, 4, 6, 8, 10]

@@ -24,7 +24,6 @@ import os
 import threading
 import time
 import weakref
-from collections import deque
 
 import numpy as np
 
@@ -181,7 +180,8 @@ class _Pipeline:
         self.stopped = False
         self.failure = None           # (exception, traceback)
         self.fail_ticket = None       # the ticket that failed, if known
-        self.raw = deque()            # (ticket, step, gathered batch) awaiting transform
+        self.raw = {}                 # ticket -> (ticket, step, gathered batch) awaiting transform
+        self.next_work = 0            # ordered: the ticket the transform takes next
         self.done = {}                # ticket -> (step, transformed batch)
         self.started = 0              # batches the gather threads began (only grows)
         self.delivered = 0            # batches handed to the consumer
@@ -292,7 +292,7 @@ class _Pipeline:
             with self.lock:
                 if self.stopped:
                     return False
-                self.raw.append((ticket, step, batch))
+                self.raw[ticket] = (ticket, step, batch)
                 self.cond.notify_all()
             return True
         except BaseException as exc:  # noqa: BLE001 — re-raised in the consumer
@@ -332,7 +332,21 @@ class _Pipeline:
             return _STOP
         if not self.raw:
             return _WAIT
-        item = self.raw.popleft()
+        if self.ordered:
+            # The transform gets the batches in step order, as the
+            # reference's one gather thread hands them over: the two gather
+            # threads finish out of order, and a stateful transform (a
+            # counter, augmentation drawing from a global RNG) saw step
+            # k + 1 before step k, so its k-th call was not step k's and a
+            # run did not reproduce. A ticket whose gather failed never
+            # arrives: the batches before it are transformed, and the
+            # consumer then raises the failure and stops the workers.
+            item = self.raw.pop(self.next_work, None)
+            if item is None:
+                return _WAIT
+            self.next_work += 1
+        else:
+            item = self.raw.pop(min(self.raw))
         if self._after_failure(item[0]):
             self.lent.pop(item[0], None)
             return _SKIP  # its result would never be delivered

@@ -220,6 +220,15 @@ class InvalidIndex(TypeError, IndexError):
     ``IndexError`` as well, like every other index refusal here."""
 
 
+def _is_int_index(idx):
+    """Whether ``idx`` is one integer index: an ``int`` or a NumPy integer
+    scalar. NumPy's ``timedelta64`` is a ``np.signedinteger`` too, but a
+    duration is no record index: it is refused, as a ``timedelta64`` index
+    array is (``int()`` took ``np.timedelta64(1)`` as record 1 and failed
+    on ``np.timedelta64(1, 's')`` with a bare ``TypeError``)."""
+    return isinstance(idx, (int, np.integer)) and not isinstance(idx, np.timedelta64)
+
+
 def _integral(idxs, where=""):
     """Float arrays of whole numbers, and object arrays of Python / NumPy
     integers (what pandas hands out), as int64 indices, since loaderx 1.7.2
@@ -241,7 +250,7 @@ def _integral(idxs, where=""):
                 None, f"{where}record index {idxs[big].flat[0].item()!r} is out of range")
         return idxs.astype(np.int64)
     for v in idxs.flat:
-        if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
+        if not _is_int_index(v) or isinstance(v, (bool, np.bool_)):
             raise InvalidIndex(
                 f"record index {v!r} ({type(v).__name__}) is not an integer"
             )
@@ -506,8 +515,13 @@ class _Base:
         store reads it with the GIL released, and another thread may
         rewrite the caller's array meanwhile, so the indices checked here
         are a copy nobody else can change before the read."""
-        if isinstance(idx, (int, np.integer)):
+        if _is_int_index(idx):
             return np.array([self._one(idx)], dtype=np.uint64)
+        if isinstance(idx, np.timedelta64):
+            raise InvalidIndex(
+                "only integers, slices, integer arrays and boolean masks are "
+                f"valid record indices, got a timedelta64 {idx!r}"
+            )
         n = len(self)
         if isinstance(idx, slice):
             return np.arange(*idx.indices(n), dtype=np.int64).astype(np.uint64)
@@ -581,7 +595,7 @@ class _Base:
         """A scalar returns one record; anything else is a record set —
         ``ds[0, 5, 2]``, a list, an array, a slice or a bool mask — with
         negative indices wrapping from the end."""
-        if isinstance(idx, (int, np.integer)):
+        if _is_int_index(idx):
             return self._get_one(self._one(idx))
         return self.__getitems__(idx)
 
@@ -712,7 +726,7 @@ class DenseStore(_Base):
                 f"out must be a numpy.ndarray, got {type(out).__name__}"
             )
         core = self._open()
-        if isinstance(idx, (int, np.integer)):
+        if _is_int_index(idx):
             idxs = np.array([self._one(idx)], dtype=np.uint64)
             shape = self.item_shape
         else:

@@ -2,12 +2,13 @@
 
 usage: python runner.py PROGRAMS.json RESULTS.jsonl START
 Each program: {"id":..., "dir": abs path, "steps": [code, ...]}.
-A step is Python source: if it parses as an expression its value is
-recorded, otherwise it is exec'd (value None). Results are appended to
+A step is Python source, exec'd; when its last statement is an expression,
+that expression's value is recorded (else the value is None). Results are appended to
 RESULTS.jsonl one line per step ({"id", "i", "r"}), and a line
 {"id", "done": true} after each program, flushed, so a crash or hang
 identifies the program and step.
 """
+import ast
 import copy
 import gc
 import hashlib
@@ -45,15 +46,29 @@ def canon_bytes(v):
     return np.ascontiguousarray(v).tobytes()
 
 
+def _filler(dt, name):
+    """Whether field `name` of `dt` is one of the reference's filler fields
+    ('f1', 'f3', ... plain void fields standing for padding)."""
+    f = dt.fields[name][0]
+    return re.fullmatch(r"f\d+", name) is not None and f.kind == "V" and f.names is None \
+        and (f.subdtype is None or f.subdtype[0].names is None)
+
+
+def _canon_nofill(v):
+    """canon_bytes without filler fields, at every depth (a padded struct
+    nested in another, or in a subarray field, has its own fillers there)."""
+    if v.dtype.names:
+        return b"".join(_canon_nofill(np.ascontiguousarray(v[n]))
+                        for n in v.dtype.names if not _filler(v.dtype, n))
+    return np.ascontiguousarray(v).tobytes()
+
+
 def field_sha(v):
     """sha of a structured array's values without the reference's filler
     fields (a padded dtype read back there has 'f1', 'f3', ... void fields
-    standing for its padding; here it keeps its offsets): the same for
-    both packages when the records are."""
-    names = [n for n in v.dtype.names
-             if not (re.fullmatch(r"f\d+", n) and v.dtype.fields[n][0].kind == "V")]
-    b = b"".join(canon_bytes(np.ascontiguousarray(v[n])) for n in names)
-    return hashlib.sha1(b).hexdigest()[:16]
+    standing for its padding, nested ones included; here it keeps its
+    offsets): the same for both packages when the records are."""
+    return hashlib.sha1(_canon_nofill(v)).hexdigest()[:16]
 
 
 def enc(v, depth=0):
@@ -216,6 +231,19 @@ def iarr(n, seed, k, dt="i8", form="1d", neg=True, oob=0):
     return layout(v.astype(dt), form, seed)
 
 
+def split_step(code):
+    """(statements, final expression) of a step, compiled: a step whose last
+    statement is an expression has that expression's value recorded, on
+    one line or after others (until session 14 a step of several lines was
+    exec'd whole and only whether it raised was compared)."""
+    tree = ast.parse(code, "<step>", "exec")
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+        body = compile(tree, "<step>", "exec") if tree.body else None
+        return body, compile(last, "<step>", "eval")
+    return compile(tree, "<step>", "exec"), None
+
+
 def cleanup(ns):
     for v in list(ns.values()):
         try:
@@ -248,14 +276,11 @@ def main():
             with warnings.catch_warnings(record=True) as ws:
                 warnings.simplefilter("always")
                 try:
-                    try:
-                        c = compile(code, "<step>", "eval")
-                        is_expr = True
-                    except SyntaxError:
-                        c = compile(code, "<step>", "exec")
-                        is_expr = False
-                    v = eval(c, ns)
-                    r = enc(v) if is_expr else {"t": "ok"}
+                    body, last = split_step(code)
+                    if body is not None:
+                        exec(body, ns)
+                    v = eval(last, ns) if last is not None else None
+                    r = enc(v) if last is not None else {"t": "ok"}
                     del v
                     gc.collect()
                 except BaseException as e:  # noqa
