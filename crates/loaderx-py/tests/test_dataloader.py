@@ -977,3 +977,97 @@ def test_close_with_no_timeout_waits_for_the_threads_as_thread_join_does():
     finally:
         loader.close()
         close_all(streams)
+
+
+_EXIT_SCRIPT = r'''
+import os, sys, time
+import numpy as np
+import loaderx.dataloader as dl_mod
+from loaderx.dataloader import DataLoader
+
+mode = sys.argv[1]
+dl_mod._EXIT_TIMEOUT = float(sys.argv[2])
+
+class Slow:
+    """A foreign stream whose later gathers take a while."""
+    calls = 0
+    def __len__(self):
+        return 64
+    def __getitems__(self, idxs):
+        Slow.calls += 1
+        if Slow.calls > 1:
+            time.sleep(1.0 if mode == "gather" else 0.0)
+            # Reached only if the thread could still run after the sleep.
+            with open(f"gathered.{Slow.calls}", "w"):
+                pass
+        return np.asarray(idxs, dtype=np.int64)
+
+def stuck(batch):
+    if mode == "stuck":
+        time.sleep(3600)
+    return batch
+
+kw = {"transform": stuck} if mode == "stuck" else {}
+loader = DataLoader({"x": Slow()}, batch_size=4, num_workers=1, prefetch_size=1, **kw)
+if mode == "gather":
+    next(loader)
+else:
+    time.sleep(0.5)  # the transform thread is now inside stuck()
+print("leaving", flush=True)
+'''
+
+
+@ours_only
+def test_an_exit_with_a_gather_in_flight_lets_it_finish_and_ends(tmp_path):
+    """At exit the pipeline's threads are stopped while they can still run:
+    the gather in flight completes (its stream writes a file after a 1 s
+    sleep), then the process ends. Before, finalization froze the thread at
+    the end of its sleep (so no file), and a loader's __del__ in the
+    teardown could then wait for good on the lock such a frozen thread
+    held (about one exit in twelve hung with a native gather in flight)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "exit.py").write_text(_EXIT_SCRIPT)
+    r = subprocess.run([sys.executable, "exit.py", "gather", "10"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "leaving\n"
+    assert r.stderr == ""
+    # Gathers 2 (and 3, from the second gather thread, once 2 let go of the
+    # foreign streams' lock) were in flight when the script ended.
+    assert "gathered.2" in {p.name for p in tmp_path.glob("gathered.*")}
+
+
+@ours_only
+def test_an_exit_waits_for_a_stuck_transform_no_longer_than_its_bound(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "exit.py").write_text(_EXIT_SCRIPT)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "exit.py", "stuck", "1.0"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "leaving\n" and r.stderr == ""
+    assert took < 30, took
+
+
+@ours_only
+def test_exits_with_native_gathers_in_flight_never_hang(tmp_path):
+    """The native gather of big zstd records is in flight at exit, many
+    times over (one exit in twelve hung before)."""
+    import subprocess
+    import sys
+
+    with DenseStore("big", np.uint8, (256 << 10,), codec="zstd") as s:
+        s.append(np.random.default_rng(0).integers(0, 20, (512, 256 << 10), dtype=np.uint8))
+    code = ("from loaderx.zrecord import DenseStore\n"
+            "from loaderx.dataloader import DataLoader\n"
+            "dl = DataLoader({'x': DenseStore('big', read_only=True)}, batch_size=256)\n"
+            "next(dl)\n")
+    for _ in range(12):
+        r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
