@@ -6,7 +6,10 @@
 //! afterwards. Probes:
 //! - `dense N WIDTH BATCH`: a raw dense store of N records of WIDTH bytes;
 //! - `ragged N`: a zstd ragged store of N items of 1..64 f32;
-//! - `sampler N`: zsampler and loaderx over an N-record length.
+//! - `sampler N`: zsampler and loaderx over an N-record length;
+//! - `ro N WIDTH ROUNDS`: read-only open and gathers of a raw dense store
+//!   of N records of WIDTH bytes, kept in `$SCALE_DIR` for the next run
+//!   (for comparing builds on one store, alternating; remove it by hand).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -81,6 +84,29 @@ fn dense(a: &[String]) {
     e.sync().unwrap();
     println!("sync: {:.3} s", t.elapsed().as_secs_f64());
     drop(e);
+    // Read-only: the handle a training process opens.
+    let before = rss();
+    let t = Instant::now();
+    let ro = Engine::open(&d, OpenMode::ReadOnly).unwrap();
+    println!(
+        "open read-only: {:.3} s, rss +{:.0} MiB (now {:.0}), file-backed {:.0} MiB",
+        t.elapsed().as_secs_f64(),
+        rss() - before,
+        rss(),
+        status("RssFile:")
+    );
+    let mut out = vec![0u8; 256 * width];
+    let idx: Vec<u64> = (0..256 * 4096).map(|_| r.next_u64() % n).collect();
+    let t = Instant::now();
+    for c in idx.chunks(256) {
+        ro.gather_fixed(c, width, &mut out).unwrap();
+    }
+    let tg = t.elapsed().as_secs_f64();
+    println!(
+        "read-only gather 4096 x 256 random: {tg:.3} s, {:.1} us/batch",
+        tg / 4096.0 * 1e6
+    );
+    drop(ro);
     let before = rss();
     let t = Instant::now();
     let mut e = Engine::open(&d, OpenMode::ReadWrite).unwrap();
@@ -369,6 +395,69 @@ fn sampler(a: &[String]) {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+fn ro(a: &[String]) {
+    let n = arg(a, 0, 20_000_000);
+    let width = arg(a, 1, 32) as usize;
+    let rounds = arg(a, 2, 5);
+    let d = std::env::var_os("SCALE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("zrecord-scale-ro"));
+    if Engine::open(&d, OpenMode::ReadOnly).map(|e| e.len()).ok() != Some(n) {
+        let _ = std::fs::remove_dir_all(&d);
+        let e = Engine::create(&d, &CreateOptions::new(Codec::Raw)).unwrap();
+        let mut r = Rng(1);
+        let batch = 1_000_000u64;
+        let mut buf = vec![0u8; batch as usize * width];
+        let mut done = 0;
+        while done < n {
+            let m = batch.min(n - done) as usize;
+            for b in buf[..m * width].chunks_mut(8) {
+                let x = r.next_u64().to_le_bytes();
+                b.copy_from_slice(&x[..b.len()]);
+            }
+            e.append_fixed(&buf[..m * width], width).unwrap();
+            done += m as u64;
+        }
+        e.close().unwrap();
+        println!("made {n} x {width} B in {}", d.display());
+    }
+    let before = rss();
+    let t = Instant::now();
+    let e = Engine::open(&d, OpenMode::ReadOnly).unwrap();
+    println!(
+        "open read-only: {:.3} s, rss +{:.0} MiB, file-backed {:.0} MiB",
+        t.elapsed().as_secs_f64(),
+        rss() - before,
+        status("RssFile:")
+    );
+    // Warm: every record once, so each round reads mapped, faulted pages.
+    let all: Vec<u64> = (0..n).collect();
+    let mut out = vec![0u8; 1 << 20 << 5];
+    for c in all.chunks(1 << 20) {
+        e.gather_fixed(c, width, &mut out[..c.len() * width])
+            .unwrap();
+    }
+    drop(all);
+    let mut r = Rng(7);
+    let idx: Vec<u64> = (0..256 * 4096).map(|_| r.next_u64() % n).collect();
+    for round in 0..rounds {
+        let t = Instant::now();
+        for c in idx.chunks(256) {
+            e.gather_fixed(c, width, &mut out[..256 * width]).unwrap();
+        }
+        let tg = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        e.gather_fixed(&idx, width, &mut out[..idx.len() * width])
+            .unwrap();
+        println!(
+            "round {round}: 4096 x 256 random {:.1} us/batch; 1 x {} random {:.1} ms",
+            tg / 4096.0 * 1e6,
+            idx.len(),
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
     match a.first().map(String::as_str) {
@@ -376,6 +465,7 @@ fn main() {
         Some("ragged") => ragged(&a[1..]),
         Some("chunks") => chunks(&a[1..]),
         Some("sampler") => sampler(&a[1..]),
-        _ => eprintln!("usage: scale dense|ragged|sampler ..."),
+        Some("ro") => ro(&a[1..]),
+        _ => eprintln!("usage: scale dense|ragged|chunks|sampler|ro ..."),
     }
 }

@@ -270,7 +270,7 @@ impl Engine {
 
         // Publish.
         let mut st = self.write_state();
-        st.table.extend_from_slice(&locs);
+        st.table.to_mut().extend_from_slice(&locs);
         let t = header.tail_chunk as usize;
         for (k, e) in ends.iter().enumerate() {
             if t + k < st.chunk_ends.len() {

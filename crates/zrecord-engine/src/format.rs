@@ -148,13 +148,17 @@ impl Loc {
     }
 
     /// Decodes 16 bytes.
+    #[inline]
     pub fn decode(b: &[u8; LOC_SIZE]) -> Loc {
-        let w = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        // One 16-byte little-endian load, split in registers: field by
+        // field, the compiler assembled the entry on the stack and read it
+        // back whole, a store-forwarding stall per entry on the gather path.
+        let v = u128::from_le_bytes(*b);
         Loc {
-            offset: w(0),
-            phys_length: w(4),
-            logic_length: w(8),
-            chunk_id: w(12),
+            offset: v as u32,
+            phys_length: (v >> 32) as u32,
+            logic_length: (v >> 64) as u32,
+            chunk_id: (v >> 96) as u32,
         }
     }
 

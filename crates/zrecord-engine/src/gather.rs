@@ -3,9 +3,10 @@
 
 use crate::aligned::{AlignedBuf, PAGE};
 use crate::codec::{Codec, CodecState};
-use crate::engine::{Engine, Handle, State};
+use crate::engine::{Engine, Handle, State, check_entry, entry_reachable};
 use crate::error::{Error, Result};
 use crate::format::Loc;
+use crate::table::View;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLockReadGuard};
@@ -184,7 +185,7 @@ impl Engine {
     }
 
     /// Decoded (and optionally stored) lengths of the records at `indices`.
-    /// No I/O: the table is in memory.
+    /// No I/O call: the table is in memory, or mapped.
     pub fn record_lengths(
         &self,
         indices: &[u64],
@@ -213,27 +214,77 @@ impl Engine {
 
     /// Looks every index up, checking range and the caller's expected
     /// length before any I/O.
+    ///
+    /// An entry read from a mapped loc segment is checked again for what
+    /// the reads rely on (see [`entry_reachable`]): a process that ignores
+    /// the store lock may have rewritten it since the open validated it,
+    /// and the reads index the chunks and their mappings by it. Entries
+    /// copied at open were validated then and cannot change.
     fn lookup(
         &self,
         st: &State,
         indices: &[u64],
         check: impl Fn(usize, u64, &Loc) -> Result<()>,
     ) -> Result<Vec<Loc>> {
-        let len = st.table.len() as u64;
+        let len = st.table.len();
+        let out_of_range = |i| Error::IndexOutOfRange {
+            path: self.dir.clone(),
+            index: i,
+            len,
+        };
         let mut out = Vec::with_capacity(indices.len());
-        for (k, &i) in indices.iter().enumerate() {
-            if i >= len {
-                return Err(Error::IndexOutOfRange {
-                    path: self.dir.clone(),
-                    index: i,
-                    len,
-                });
+        match st.table.view() {
+            View::Owned(table) => {
+                for (k, &i) in indices.iter().enumerate() {
+                    if i >= len {
+                        return Err(out_of_range(i));
+                    }
+                    let l = table[i as usize];
+                    check(k, i, &l)?;
+                    out.push(l);
+                }
             }
-            let l = st.table[i as usize];
-            check(k, i, &l)?;
-            out.push(l);
+            View::Mapped(view) => {
+                let (header, ends) = (&st.header, &st.chunk_ends[..]);
+                if let Some(table) = view.single() {
+                    for (k, &i) in indices.iter().enumerate() {
+                        let Some(e) = table.get(i as usize).filter(|_| i < len) else {
+                            return Err(out_of_range(i));
+                        };
+                        let l = Loc::decode(e);
+                        if !entry_reachable(&l, header, ends) {
+                            return Err(self.unsound(st, i, &l));
+                        }
+                        check(k, i, &l)?;
+                        out.push(l);
+                    }
+                } else {
+                    for (k, &i) in indices.iter().enumerate() {
+                        if i >= len {
+                            return Err(out_of_range(i));
+                        }
+                        let l = view.get(i);
+                        if !entry_reachable(&l, header, ends) {
+                            return Err(self.unsound(st, i, &l));
+                        }
+                        check(k, i, &l)?;
+                        out.push(l);
+                    }
+                }
+            }
         }
         Ok(out)
+    }
+
+    /// The error for entry `l` of record `i`, which failed
+    /// [`entry_reachable`] (and so [`check_entry`]).
+    #[cold]
+    #[inline(never)]
+    fn unsound(&self, st: &State, i: u64, l: &Loc) -> Error {
+        let d = check_entry(l, i, &st.header, &st.chunk_ends)
+            .err()
+            .unwrap_or_default();
+        Error::corrupted_record(self.loc_path(i), i, format!("its entry: {d}"))
     }
 
     /// Reads record k (`indices[k]`, entry `locs[k]`) into `dsts[k]`, whose

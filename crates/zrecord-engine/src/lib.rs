@@ -82,6 +82,7 @@ mod intent;
 mod maintain;
 #[doc(hidden)]
 pub mod sim;
+mod table;
 pub mod typed_header;
 mod verify;
 #[doc(hidden)]

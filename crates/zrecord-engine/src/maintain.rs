@@ -31,7 +31,7 @@ impl Engine {
             return Err(Error::InvalidArgument("group_size must be > 0".into()));
         }
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        let len = st.table.len() as u64;
+        let len = st.table.len();
         if !len.is_multiple_of(k) {
             return Err(Error::InvalidArgument(format!(
                 "store length {len} is not a multiple of group size {k}"
@@ -76,7 +76,7 @@ impl Engine {
                     let loc = overlay
                         .get(&from)
                         .copied()
-                        .unwrap_or(st.table[from as usize]);
+                        .unwrap_or(st.table.to_mut()[from as usize]);
                     overlay.insert(g * k + j, loc);
                 }
             }
@@ -107,9 +107,9 @@ impl Engine {
         }
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         for (slot, loc) in overlay {
-            st.table[slot as usize] = loc;
+            st.table.to_mut()[slot as usize] = loc;
         }
-        st.table.truncate(new_len as usize);
+        st.table.to_mut().truncate(new_len as usize);
         st.header = header;
         self.len.store(new_len, Ordering::Release);
         Ok(())
@@ -154,13 +154,16 @@ impl Engine {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
 
         // Physical order; overlapping entries make the store unsafe to move.
-        let mut order: Vec<u64> = (0..st.table.len() as u64).collect();
+        let mut order: Vec<u64> = (0..st.table.len()).collect();
         order.sort_unstable_by_key(|&i| {
-            let l = st.table[i as usize];
+            let l = st.table.to_mut()[i as usize];
             (l.chunk_id, l.offset)
         });
         for w in order.windows(2) {
-            let (a, b) = (st.table[w[0] as usize], st.table[w[1] as usize]);
+            let (a, b) = (
+                st.table.to_mut()[w[0] as usize],
+                st.table.to_mut()[w[1] as usize],
+            );
             if a.chunk_id == b.chunk_id && a.end() > u64::from(b.offset) {
                 return Err(Error::corrupted(
                     loc_path(w[1]),
@@ -231,7 +234,7 @@ impl Engine {
             Ok(())
         };
         for &i in &order {
-            let loc = st.table[i as usize];
+            let loc = st.table.to_mut()[i as usize];
             let phys = u64::from(loc.phys_length);
             let (mut c, mut o) = format::place(chunk, off, phys, cap)
                 .ok_or_else(|| Error::corrupted(loc_path(i), "record cannot be placed"))?;
@@ -291,7 +294,7 @@ impl Engine {
                     pending.push(loc.chunk_id, u64::from(loc.offset), loc.end());
                     dirty_chunks.insert(c as usize);
                 }
-                st.table[i as usize] = new;
+                st.table.to_mut()[i as usize] = new;
                 let end = &mut st.chunk_ends[c as usize];
                 *end = (*end).max(o + phys);
                 moves += 1;
@@ -340,7 +343,7 @@ impl Engine {
                 .map_err(|e| poison(Error::io(&p, "remove", e)))?;
         }
         // Loc segments: keep exactly what `length` needs.
-        let len = st.table.len() as u64;
+        let len = st.table.len();
         let nseg = len.div_ceil(seg) as usize;
         while st.locs.len() > nseg {
             let h = st.locs.pop().expect("nonempty");

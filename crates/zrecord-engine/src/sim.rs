@@ -17,7 +17,11 @@
 //!   failed `sync` loses the file's unsynced writes from the disk while the
 //!   cache still shows them, as Linux does after a failed write-back.
 //!
-//! It never maps files, so every read goes through the trait.
+//! It maps only files opened [`OpenFlags::Read`] (a read-only handle's),
+//! as a copy of their bytes at the call: such a "mapping" never sees later
+//! writes, which is what a real one shows while the store's shared lock
+//! keeps writers out. [`SimVfs::set_maps`] turns mapping off, for the
+//! engine's copying fallback. Every other read goes through the trait.
 
 use crate::vfs::{OpenFlags, StorageFile, Vfs};
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,6 +68,8 @@ struct State {
     /// Which boot of the simulated machine this is (a power cut starts the
     /// next one; a killed process does not).
     boot: u64,
+    /// `map` answers `None` for every file.
+    no_maps: bool,
 }
 
 /// The disk at one crash point: durable bytes plus the unsynced operations.
@@ -287,6 +293,12 @@ impl SimVfs {
         snap(&self.lock())
     }
 
+    /// Whether files opened read-only can be mapped (on by default; crash
+    /// and kill images start with it on).
+    pub fn set_maps(&self, on: bool) {
+        self.lock().no_maps = !on;
+    }
+
     /// The current content of a file (`None` if absent).
     pub fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
         let s = self.lock();
@@ -379,6 +391,18 @@ fn enter(s: &mut State, mutating: bool) -> io::Result<()> {
 struct SimFile {
     vfs: SimVfs,
     node: usize,
+    /// Opened [`OpenFlags::Read`]: mappable.
+    read_only: bool,
+}
+
+/// A copy of a file's bytes standing in for a mapping.
+#[derive(Debug)]
+struct SimMapping(Vec<u8>);
+
+impl crate::vfs::Mapping for SimMapping {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 impl StorageFile for SimFile {
@@ -449,6 +473,23 @@ impl StorageFile for SimFile {
         enter(&mut s, false)?;
         Ok(Some((0, self.node as u64)))
     }
+
+    /// Not an I/O call (it neither counts nor fails): a real `mmap` reads
+    /// nothing. Bytes past the end of the file read as zeros (a real
+    /// mapping faults there; the engine never reads them).
+    fn map(&self, len: u64) -> Option<Box<dyn crate::vfs::Mapping>> {
+        let s = self.vfs.lock();
+        // A copy of a whole 4 GiB chunk's address range is no stand-in:
+        // such a file is read through the trait.
+        if !self.read_only || s.no_maps || len == 0 || len > 64 << 20 {
+            return None;
+        }
+        let len = usize::try_from(len).ok()?;
+        let c = &s.nodes[self.node].current;
+        let mut b = c[..c.len().min(len)].to_vec();
+        b.resize(len, 0);
+        Some(Box::new(SimMapping(b)))
+    }
 }
 
 impl Vfs for SimVfs {
@@ -482,6 +523,7 @@ impl Vfs for SimVfs {
         Ok(Box::new(SimFile {
             vfs: self.clone(),
             node,
+            read_only: flags == OpenFlags::Read,
         }))
     }
 

@@ -52,7 +52,7 @@ impl Engine {
                 .iter()
                 .map(|h| (h.path.clone(), h.file.len()))
                 .collect();
-            (st.table.clone(), st.header, st.chunk_ends.clone(), files)
+            (st.table.to_vec(), st.header, st.chunk_ends.clone(), files)
         };
         rep.records = table.len() as u64;
         if header.length != table.len() as u64 {

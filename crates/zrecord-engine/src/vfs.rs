@@ -26,7 +26,8 @@ pub enum OpenFlags {
     CreateNew,
 }
 
-/// A read-only view of a whole file's address range, for the mmap gather path.
+/// A read-only view of a file's address range: chunks on the mmap gather
+/// path, loc segments of a read-only handle.
 pub trait Mapping: Send + Sync + Debug {
     /// The mapped bytes. Only ranges inside the file's current length may be
     /// touched (the mapping may extend past the end of the file).
@@ -273,13 +274,17 @@ impl StorageFile for RealFile {
         if len == 0 {
             return None;
         }
-        // SAFETY: the mapping is read-only and shared. The engine only reads
-        // ranges that a validated, committed location entry points to, which
-        // lie inside the file (checked on open against the file's length, and
-        // written before the commit for appends); compaction truncates only
-        // under `&mut Engine`, when no gather can run. Another process
-        // truncating the file would fault the reader, which the store lock
-        // excludes for cooperating processes.
+        // SAFETY: the mapping is read-only and shared. In a chunk the engine
+        // only reads ranges that a validated, committed location entry
+        // points to, which lie inside the file (checked on open against the
+        // file's length, and written before the commit for appends);
+        // compaction truncates only under `&mut Engine`, when no gather can
+        // run. A loc segment is mapped only by a read-only handle, over the
+        // entries its open found the file to hold, and read one whole entry
+        // at a time into a copy that is validated before use (so bytes
+        // rewritten under it are an error, not an out-of-range read).
+        // Another process truncating either file would fault the reader
+        // (SIGBUS), which the store lock excludes for cooperating processes.
         let m = unsafe { memmap2::MmapOptions::new().len(len).map(&self.file) }.ok()?;
         Some(Box::new(RealMapping(m)))
     }
