@@ -14,7 +14,7 @@ import pickle
 import numpy as np
 import pytest
 
-from loaderx.zrecord import DenseStore, RaggedStore, StoreClosed
+from loaderx.zrecord import DenseStore, RaggedStore
 
 from conftest import ours_only
 
@@ -80,6 +80,8 @@ def test_a_read_write_or_closed_store_refuses_to_pickle_saying_why(kind):
 
 
 def test_copy_still_shares_the_handle_and_deepcopy_opens_another():
+    from loaderx.zrecord import StoreClosed  # ours only
+
     _write("dense", "s")
     ro = _open_ro("dense", "s")
     shallow = copy.copy(ro)
