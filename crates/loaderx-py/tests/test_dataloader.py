@@ -1071,3 +1071,65 @@ def test_exits_with_native_gathers_in_flight_never_hang(tmp_path):
         r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+_FORK_SCRIPT = r'''
+import os, sys, threading, time
+import numpy as np
+import loaderx.dataloader as dl_mod
+from loaderx.dataloader import DataLoader
+
+class Stream:
+    def __len__(self):
+        return 8
+    def __getitems__(self, idxs):
+        return np.asarray(idxs, dtype=np.int64)
+
+# Another thread holds the registry's lock at the fork, as one building a
+# DataLoader (or an exit's close) does for a moment.
+held, release = threading.Event(), threading.Event()
+def hold():
+    with dl_mod._LIVE_LOCK:
+        held.set()
+        release.wait()
+t = threading.Thread(target=hold)
+t.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    if sys.argv[1] == "loader":
+        loader = DataLoader({"x": Stream()}, batch_size=2, num_workers=1)
+        next(loader)
+    sys.exit(0)  # a normal exit: the atexit hook runs
+release.set()
+t.join()
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("child", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print("child hung")
+'''
+
+
+@ours_only
+@pytest.mark.parametrize("child", ["exit", "loader"])
+def test_a_child_forked_while_another_thread_held_the_registry_lock_runs_and_exits(
+        tmp_path, child):
+    """Regression: the lock guarding the registry of live pipelines (closed
+    at exit) was inherited locked by a child forked while another thread
+    held it, and nothing released it there: the child's exit hook, or its
+    first DataLoader, waited for good."""
+    import subprocess
+    import sys
+
+    (tmp_path / "fork.py").write_text(_FORK_SCRIPT)
+    r = subprocess.run([sys.executable, "fork.py", child], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "child 0\n", (r.stdout, r.stderr)

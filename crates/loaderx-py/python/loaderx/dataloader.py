@@ -110,6 +110,19 @@ _LIVE_LOCK = threading.Lock()
 _EXIT_TIMEOUT = 10.0
 
 
+def _new_live_lock():
+    """A forked child's own ``_LIVE_LOCK``: another thread of the parent
+    (one building a DataLoader) may have held the parent's at the fork, and
+    in the child, where that thread does not exist, nothing would release
+    it: the child's first DataLoader, or its exit, waited for good."""
+    global _LIVE_LOCK
+    _LIVE_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_live_lock)
+
+
 def _close_at_exit():
     """Stops every live pipeline when the interpreter exits, while its
     threads can still run (atexit handlers run before finalization). The
