@@ -63,6 +63,27 @@ def test_a_read_only_store_pickles_and_reopens_read_only(kind, tmp_path):
     back.close()
 
 
+def test_a_pickled_store_reopens_the_store_its_path_named_through_a_symlink(tmp_path):
+    """Regression: the path was made absolute with ``os.path.abspath``,
+    which drops ``link/..`` as text, where the system follows ``link``
+    first: a store opened as ``link/../s`` (``link`` pointing into another
+    directory) was reopened, unpickled, as the ``s`` beside ``link``,
+    another store or none."""
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    with DenseStore(tmp_path / "real" / "s", np.int64, ()) as s:
+        s.append(np.array([1, 2, 3], dtype=np.int64))
+    with DenseStore(tmp_path / "s", np.int64, ()) as s:  # the decoy
+        s.append(np.array([7], dtype=np.int64))
+    ro = DenseStore("link/../s", read_only=True)
+    assert len(ro) == 3
+    back = pickle.loads(pickle.dumps(ro))
+    assert len(back) == 3
+    np.testing.assert_array_equal(back[[0, 1, 2]], [1, 2, 3])
+    back.close()
+    ro.close()
+
+
 @pytest.mark.parametrize("kind", ["dense", "ragged"])
 def test_a_read_write_or_closed_store_refuses_to_pickle_saying_why(kind):
     _write(kind, "s")

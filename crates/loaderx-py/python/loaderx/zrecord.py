@@ -304,8 +304,9 @@ class _Base:
                  durability="at_sync"):
         self.path = Path(path)
         # Where a pickled copy reopens, whatever the working directory is
-        # by then.
-        self._abs_path = os.path.abspath(self.path)
+        # by then. Not os.path.abspath: it drops "link/.." as text, where
+        # the system follows the link first (another directory's store).
+        self._abs_path = os.fspath(self.path.absolute())
         self._kind = kind
         self.read_only = bool(read_only)
         if durability not in DURABILITIES:
