@@ -19,8 +19,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYO3_CROSS_PYTHON_VERSION=3.10
+installed=$(rustup target list --installed)
 for target in aarch64-apple-darwin aarch64-unknown-linux-gnu; do
-  if ! rustup target list --installed | grep -qx "$target"; then
+  # (Not `rustup ... | grep -q`: grep quits at the match, and under
+  # pipefail rustup's SIGPIPE would read as "missing".)
+  if ! grep -qx "$target" <<<"$installed"; then
     rustup target add "$target"
   fi
   t=${target//-/_}

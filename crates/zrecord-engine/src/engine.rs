@@ -1614,22 +1614,25 @@ impl Drop for Engine {
     }
 }
 
-/// Whether a gather can read `loc` without leaving its chunk: the chunk is
-/// open, the stored bytes end within its committed end (inside the file,
-/// so a mapping of it never faults), and a raw record's stored and decoded
-/// lengths agree (it is copied as is). The part of [`check_entry`] that
-/// gathers through a mapped table repeat per record, in a few comparisons
-/// and one branch (the full check cost about 2 ns per record there); the
-/// rest (non-empty, at most 2^31 bytes) was checked at open, and an entry
-/// rewritten since that breaks only those makes a record fail to decode or
-/// read short, no worse.
+/// Whether a gather can read `loc` without leaving its chunk or sizing a
+/// buffer past the format's limit: the chunk is open, the stored bytes end
+/// within its committed end (inside the file, so a mapping of it never
+/// faults), the decoded length is at most 2^31 bytes (what the caller
+/// allocates for it), and a raw record's stored and decoded lengths agree
+/// (it is copied as is). The part of [`check_entry`] that gathers through
+/// a mapped table repeat per record, in a few comparisons and one branch
+/// (the full check cost about 2 ns per record there); the rest (non-empty)
+/// was checked at open, and an entry rewritten since that breaks only that
+/// makes a record fail to decode, no worse.
 #[inline(always)]
 pub(crate) fn entry_reachable(loc: &Loc, header: &Header, chunk_ends: &[u64]) -> bool {
     let within = match chunk_ends.get(loc.chunk_id as usize) {
         Some(&end) => loc.end() <= end,
         None => false,
     };
-    within & ((header.codec != Codec::Raw) | (loc.phys_length == loc.logic_length))
+    within
+        & (u64::from(loc.logic_length) <= MAX_RECORD_LEN)
+        & ((header.codec != Codec::Raw) | (loc.phys_length == loc.logic_length))
 }
 
 /// Validates one live entry against the committed frontier.

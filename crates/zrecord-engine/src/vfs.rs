@@ -146,11 +146,16 @@ fn flush(f: &File, data_only: bool) -> io::Result<()> {
         )
     {
         use std::os::fd::AsRawFd;
-        // SAFETY: fsync of a descriptor `f` owns for the whole call.
-        return match unsafe { libc::fsync(f.as_raw_fd()) } {
-            0 => Ok(()),
-            _ => Err(io::Error::last_os_error()),
-        };
+        loop {
+            // SAFETY: fsync of a descriptor `f` owns for the whole call.
+            if unsafe { libc::fsync(f.as_raw_fd()) } == 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
     }
     r
 }

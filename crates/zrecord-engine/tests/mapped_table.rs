@@ -292,3 +292,40 @@ fn an_entry_rewritten_under_the_mapping_is_an_error_not_a_panic() {
         assert_eq!(out, [9u8; 16]);
     }
 }
+
+/// A compressed record's decoded length rewritten past the format's 2^31
+/// limit under the mapping is refused before anything is sized by it (the
+/// variable-length gather allocates what `record_lengths` reports).
+#[test]
+fn a_decoded_length_rewritten_past_the_limit_is_an_error() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let e = Engine::create(&path, &CreateOptions::new(Codec::Zstd)).unwrap();
+    e.append_fixed(&[7u8; 64], 16).unwrap();
+    drop(e);
+    let ro = Engine::open(&path, OpenMode::ReadOnly).unwrap();
+    let mut lens = [0u64; 1];
+    ro.record_lengths(&[2], &mut lens, None).unwrap();
+    assert_eq!(lens, [16]);
+    let loc = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path.join("0.loc"))
+        .unwrap();
+    let mut b = [0u8; 16];
+    loc.read_exact_at(&mut b, 2 * 16).unwrap();
+    b[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+    loc.write_all_at(&b, 2 * 16).unwrap();
+    let r = ro.record_lengths(&[2], &mut lens, None);
+    assert!(
+        matches!(
+            &r,
+            Err(Error::Corrupted {
+                record: Some(2),
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+}
