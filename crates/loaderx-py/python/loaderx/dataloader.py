@@ -8,7 +8,9 @@ overlap, so one's tail and Python work hide behind the other's decode),
 ``num_workers`` threads run ``transform`` (the collate step, on worker
 threads), the consumer iterates forever. A worker exception re-raises in the consumer with its
 traceback; ``close()`` never hangs on the pipeline's own waits; ``len()``
-raises ``TypeError``.
+raises ``TypeError``. A loader still open when the interpreter exits is
+closed first: what its threads are doing (a gather, a transform) finishes,
+for up to 10 seconds in all, then the exit goes on.
 
 Extensions (keyword-only): ``rank``/``world`` shard every global batch across
 processes (rank ``r`` gets a contiguous slice, the ranks together draw exactly
