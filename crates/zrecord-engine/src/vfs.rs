@@ -128,6 +128,46 @@ pub trait Vfs: Send + Sync + Debug {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealVfs;
 
+/// Runs `open`; when the process is out of file descriptors (`EMFILE`)
+/// below its hard limit, raises the soft limit to the hard one (as Go's
+/// runtime does at start) and tries once more. A handle keeps one file
+/// open per 4 GiB chunk, so a store of a few TiB outgrows the soft limit of
+/// 1024 that many systems start processes with, where the hard limit is
+/// far higher.
+fn open_retrying(open: impl Fn() -> io::Result<File>) -> io::Result<File> {
+    match open() {
+        Err(e) if e.raw_os_error() == Some(libc::EMFILE) && raise_open_file_limit() => open(),
+        r => r,
+    }
+}
+
+/// Raises the soft limit on open files to the hard one (on macOS at most
+/// `OPEN_MAX`, 10240, above which it refuses a soft limit); whether it
+/// raised it.
+fn raise_open_file_limit() -> bool {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the `rlimit` we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
+        return false;
+    }
+    #[cfg(target_vendor = "apple")]
+    let want = l.rlim_max.min(10240);
+    #[cfg(not(target_vendor = "apple"))]
+    let want = l.rlim_max;
+    if l.rlim_cur >= want {
+        return false;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: l.rlim_max,
+    };
+    // SAFETY: a valid `rlimit` whose soft limit is at most the hard one.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 }
+}
+
 /// Makes `f`'s writes durable (its data only, or its metadata too). On
 /// macOS std asks for `F_FULLFSYNC`, a flush of the drive's cache; file
 /// systems without it (SMB shares, some FUSE ones) answer `ENOTSUP` or
@@ -310,7 +350,7 @@ impl Vfs for RealVfs {
         // open or a probe for good. On a regular file the flag changes
         // nothing (open(2)); anything else is refused once opened.
         o.custom_flags(libc::O_NONBLOCK);
-        let file = o.open(path)?;
+        let file = open_retrying(|| o.open(path))?;
         let kind = file.metadata()?.file_type();
         if kind.is_dir() {
             // What a read or a write-mode open of it reports.
@@ -367,7 +407,7 @@ impl Vfs for RealVfs {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        flush(&File::open(dir)?, false)
+        flush(&open_retrying(|| File::open(dir))?, false)
     }
 
     #[cfg(not(target_os = "macos"))]
