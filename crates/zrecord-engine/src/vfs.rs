@@ -168,11 +168,18 @@ fn raise_open_file_limit() -> bool {
     unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 }
 }
 
-/// Makes `f`'s writes durable (its data only, or its metadata too). On
-/// macOS std asks for `F_FULLFSYNC`, a flush of the drive's cache; file
+/// Makes `f`'s writes durable (its data only, or its metadata too), as the
+/// engine does for its own files; the importers' `.npy` writer uses it too.
+/// On macOS std asks for `F_FULLFSYNC`, a flush of the drive's cache; file
 /// systems without it (SMB shares, some FUSE ones) answer `ENOTSUP` or
 /// `EINVAL`, and there a plain `fsync` is the most there is.
-fn flush(f: &File, data_only: bool) -> io::Result<()> {
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let f = std::fs::File::create(dir.path().join("x")).unwrap();
+/// zrecord_engine::vfs::sync_file(&f, false).unwrap();
+/// ```
+pub fn sync_file(f: &File, data_only: bool) -> io::Result<()> {
     let r = if data_only {
         f.sync_data()
     } else {
@@ -292,7 +299,7 @@ impl StorageFile for RealFile {
     }
 
     fn sync(&self) -> io::Result<()> {
-        flush(&self.file, true)
+        sync_file(&self.file, true)
     }
 
     fn try_lock(&self, exclusive: bool) -> io::Result<bool> {
@@ -407,7 +414,7 @@ impl Vfs for RealVfs {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        flush(&open_retrying(|| File::open(dir))?, false)
+        sync_file(&open_retrying(|| File::open(dir))?, false)
     }
 
     #[cfg(not(target_os = "macos"))]

@@ -1314,10 +1314,10 @@ pub fn write<T: Element, S: Data<Elem = T>, D: Dimension>(
             }
         }
     }
-    w.into_inner()
-        .map_err(|e| Error::io(path, e.into_error()))?
-        .sync_all()
-        .map_err(io)
+    let f = w
+        .into_inner()
+        .map_err(|e| Error::io(path, e.into_error()))?;
+    zrecord_engine::vfs::sync_file(&f, false).map_err(io)
 }
 
 /// Writes an untyped array (any dtype the reader accepts, bytes in C order
@@ -1341,10 +1341,10 @@ pub fn write_untyped(path: impl AsRef<Path>, a: &NpyArray) -> Result<()> {
     let io = |e| Error::io(path, e);
     w.write_all(&header).map_err(io)?;
     w.write_all(&a.data).map_err(io)?;
-    w.into_inner()
-        .map_err(|e| Error::io(path, e.into_error()))?
-        .sync_all()
-        .map_err(io)
+    let f = w
+        .into_inner()
+        .map_err(|e| Error::io(path, e.into_error()))?;
+    zrecord_engine::vfs::sync_file(&f, false).map_err(io)
 }
 
 #[cfg(test)]
