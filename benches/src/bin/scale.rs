@@ -95,17 +95,8 @@ fn dense(a: &[String]) {
         rss(),
         status("RssFile:")
     );
-    let mut out = vec![0u8; 256 * width];
     let idx: Vec<u64> = (0..256 * 4096).map(|_| r.next_u64() % n).collect();
-    let t = Instant::now();
-    for c in idx.chunks(256) {
-        ro.gather_fixed(c, width, &mut out).unwrap();
-    }
-    let tg = t.elapsed().as_secs_f64();
-    println!(
-        "read-only gather 4096 x 256 random: {tg:.3} s, {:.1} us/batch",
-        tg / 4096.0 * 1e6
-    );
+    gather_batches(&ro, &idx, width, "read-only gather");
     drop(ro);
     let before = rss();
     let t = Instant::now();
@@ -118,17 +109,8 @@ fn dense(a: &[String]) {
         fds()
     );
     // Gather: 4096 batches of 256 random indices.
-    let mut out = vec![0u8; 256 * width];
     let idx: Vec<u64> = (0..256 * 4096).map(|_| r.next_u64() % n).collect();
-    let t = Instant::now();
-    for c in idx.chunks(256) {
-        e.gather_fixed(c, width, &mut out).unwrap();
-    }
-    let tg = t.elapsed().as_secs_f64();
-    println!(
-        "gather 4096 x 256 random: {tg:.3} s, {:.1} us/batch",
-        tg / 4096.0 * 1e6
-    );
+    gather_batches(&e, &idx, width, "gather");
     let mut big = vec![0u8; idx.len() * width];
     let t = Instant::now();
     e.gather_fixed(&idx, width, &mut big).unwrap();
@@ -468,4 +450,21 @@ fn main() {
         Some("ro") => ro(&a[1..]),
         _ => eprintln!("usage: scale dense|ragged|chunks|sampler|ro ..."),
     }
+}
+
+/// Gathers `idx` in batches of 256 fixed-width records and prints the time
+/// per batch under `label`.
+fn gather_batches(e: &Engine, idx: &[u64], width: usize, label: &str) {
+    let mut out = vec![0u8; 256 * width];
+    let batches = idx.len().div_ceil(256);
+    let t = Instant::now();
+    for c in idx.chunks(256) {
+        e.gather_fixed(c, width, &mut out[..c.len() * width])
+            .unwrap();
+    }
+    let tg = t.elapsed().as_secs_f64();
+    println!(
+        "{label} {batches} x 256 random: {tg:.3} s, {:.1} us/batch",
+        tg / batches as f64 * 1e6
+    );
 }
