@@ -154,20 +154,25 @@ impl Engine {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
 
         // Physical order; overlapping entries make the store unsafe to move.
-        let mut order: Vec<u64> = (0..st.table.len()).collect();
-        order.sort_unstable_by_key(|&i| {
-            let l = st.table.to_mut()[i as usize];
-            (l.chunk_id, l.offset)
-        });
-        for w in order.windows(2) {
-            let (a, b) = (
-                st.table.to_mut()[w[0] as usize],
-                st.table.to_mut()[w[1] as usize],
-            );
+        // Sorted as packed keys `(chunk, offset, index)`: a sort by a key
+        // looked up in the table per comparison was half of a compaction.
+        let mut keyed: Vec<u128> = st
+            .table
+            .to_mut()
+            .iter()
+            .zip(0u64..)
+            .map(|(l, i)| {
+                (u128::from(l.chunk_id) << 96) | (u128::from(l.offset) << 64) | u128::from(i)
+            })
+            .collect();
+        keyed.sort_unstable();
+        let order = || keyed.iter().map(|&k| k as u64);
+        for (i, j) in order().zip(order().skip(1)) {
+            let (a, b) = (st.table.to_mut()[i as usize], st.table.to_mut()[j as usize]);
             if a.chunk_id == b.chunk_id && a.end() > u64::from(b.offset) {
                 return Err(Error::corrupted(
-                    loc_path(w[1]),
-                    format!("records {} and {} share stored bytes", w[0], w[1]),
+                    loc_path(j),
+                    format!("records {i} and {j} share stored bytes"),
                 ));
             }
         }
@@ -233,7 +238,68 @@ impl Engine {
             dc.clear();
             Ok(())
         };
-        for &i in &order {
+        // Records that move together (read back to back from one chunk, holes
+        // of deleted bytes between them allowed; written back to back) go
+        // as one run: one read and one write, not one of each per record.
+        let mut run = Run::default();
+        let exec = |st: &mut crate::engine::State,
+                    run: &mut Run,
+                    buf: &mut Vec<u8>,
+                    pending: &mut PendingSources,
+                    deferred: &mut Vec<(u64, Loc)>,
+                    dc: &mut BTreeSet<usize>|
+         -> Result<()> {
+            let Some(&(_, first, _)) = run.items.first() else {
+                return Ok(());
+            };
+            let (src_start, src_end) = (u64::from(first.offset), run.src_end);
+            buf.resize((src_end - src_start) as usize, 0);
+            let src = &st.chunks[first.chunk_id as usize];
+            src.file
+                .read_at(buf, src_start)
+                .map_err(|e| poison(Error::io(&src.path, "read", e)))?;
+            // Close the holes: each record lands at or before where it was read.
+            let mut w = 0usize;
+            for (_, old, _) in &run.items {
+                let at = (u64::from(old.offset) - src_start) as usize;
+                let n = old.phys_length as usize;
+                buf.copy_within(at..at + n, w);
+                w += n;
+            }
+            let (dst_chunk, dst_start) =
+                (run.items[0].2.chunk_id, u64::from(run.items[0].2.offset));
+            let dst_end = dst_start + w as u64;
+            if pending.overlaps(dst_chunk, dst_start, dst_end) {
+                flush(st, pending, deferred, dc)?;
+            }
+            let dst = &st.chunks[dst_chunk as usize];
+            dst.file
+                .write_at(&buf[..w], dst_start)
+                .map_err(|e| poison(Error::io(&dst.path, "write", e)))?;
+            // The run's sources stay pending, one span per stretch without
+            // a hole (a hole's bytes are free for a later destination).
+            let mut k = 0;
+            while k < run.items.len() {
+                let start = u64::from(run.items[k].1.offset);
+                let mut end = run.items[k].1.end();
+                k += 1;
+                while k < run.items.len() && u64::from(run.items[k].1.offset) == end {
+                    end = run.items[k].1.end();
+                    k += 1;
+                }
+                pending.push(first.chunk_id, start, end);
+            }
+            for &(i, _, new) in &run.items {
+                deferred.push((i, new));
+                st.table.to_mut()[i as usize] = new;
+            }
+            dc.insert(dst_chunk as usize);
+            let end = &mut st.chunk_ends[dst_chunk as usize];
+            *end = (*end).max(dst_end);
+            run.items.clear();
+            Ok(())
+        };
+        for i in order() {
             let loc = st.table.to_mut()[i as usize];
             let phys = u64::from(loc.phys_length);
             let (mut c, mut o) = format::place(chunk, off, phys, cap)
@@ -244,29 +310,44 @@ impl Engine {
             }
             if (c, o) != (loc.chunk_id, u64::from(loc.offset)) {
                 if moves == max_moves {
+                    exec(
+                        st,
+                        &mut run,
+                        &mut buf,
+                        &mut pending,
+                        &mut deferred,
+                        &mut dirty_chunks,
+                    )?;
                     flush(st, &mut pending, &mut deferred, &mut dirty_chunks)?;
                     return Ok(false);
-                }
-                let src = &st.chunks[loc.chunk_id as usize];
-                buf.resize(phys as usize, 0);
-                src.file
-                    .read_at(&mut buf, u64::from(loc.offset))
-                    .map_err(|e| poison(Error::io(&src.path, "read", e)))?;
-                let (dst_s, dst_e) = (o, o + phys);
-                if pending.overlaps(c, dst_s, dst_e) {
-                    flush(st, &mut pending, &mut deferred, &mut dirty_chunks)?;
                 }
                 let new = Loc {
                     offset: o as u32,
                     chunk_id: c,
                     ..loc
                 };
-                let self_overlap = c == loc.chunk_id && dst_e > u64::from(loc.offset);
-                let dst = &st.chunks[c as usize];
-                let h = &st.locs[(i / seg) as usize];
-                if self_overlap {
+                if c == loc.chunk_id && o + phys > u64::from(loc.offset) {
                     // The destination overwrites the record's own durable
-                    // bytes: go through an intent (bytes + new entry).
+                    // bytes: it moves alone, through an intent (bytes + new
+                    // entry).
+                    exec(
+                        st,
+                        &mut run,
+                        &mut buf,
+                        &mut pending,
+                        &mut deferred,
+                        &mut dirty_chunks,
+                    )?;
+                    buf.resize(phys as usize, 0);
+                    let src = &st.chunks[loc.chunk_id as usize];
+                    src.file
+                        .read_at(&mut buf, u64::from(loc.offset))
+                        .map_err(|e| poison(Error::io(&src.path, "read", e)))?;
+                    if pending.overlaps(c, o, o + phys) {
+                        flush(st, &mut pending, &mut deferred, &mut dirty_chunks)?;
+                    }
+                    let dst = &st.chunks[c as usize];
+                    let h = &st.locs[(i / seg) as usize];
                     let it = Intent::Move {
                         index: i,
                         loc: new,
@@ -286,17 +367,24 @@ impl Engine {
                         .map_err(|e| poison(Error::io(&p, "remove", e)))?;
                     vfs.sync_dir(&dir)
                         .map_err(|e| poison(Error::io(&dir, "sync directory", e)))?;
+                    st.table.to_mut()[i as usize] = new;
+                    let end = &mut st.chunk_ends[c as usize];
+                    *end = (*end).max(o + phys);
+                } else if !run.extends(loc, new) {
+                    exec(
+                        st,
+                        &mut run,
+                        &mut buf,
+                        &mut pending,
+                        &mut deferred,
+                        &mut dirty_chunks,
+                    )?;
+                    run.items.push((i, loc, new));
+                    run.src_end = loc.end();
                 } else {
-                    dst.file
-                        .write_at(&buf, o)
-                        .map_err(|e| poison(Error::io(&dst.path, "write", e)))?;
-                    deferred.push((i, new));
-                    pending.push(loc.chunk_id, u64::from(loc.offset), loc.end());
-                    dirty_chunks.insert(c as usize);
+                    run.items.push((i, loc, new));
+                    run.src_end = loc.end();
                 }
-                st.table.to_mut()[i as usize] = new;
-                let end = &mut st.chunk_ends[c as usize];
-                *end = (*end).max(o + phys);
                 moves += 1;
             }
             while (packed_ends.len() as u32) < c {
@@ -309,6 +397,14 @@ impl Engine {
             chunk = c;
             off = o + phys;
         }
+        exec(
+            st,
+            &mut run,
+            &mut buf,
+            &mut pending,
+            &mut deferred,
+            &mut dirty_chunks,
+        )?;
 
         // Moved bytes and entries durable before the header shrinks the frontier.
         flush(st, &mut pending, &mut deferred, &mut dirty_chunks)?;
@@ -381,6 +477,40 @@ impl Engine {
         vfs.sync_dir(&dir)
             .map_err(|e| poison(Error::io(&dir, "sync directory", e)))?;
         Ok(true)
+    }
+}
+
+/// Most source bytes one run of a compaction reads at once.
+const RUN_SPAN: u64 = 4 << 20;
+/// Most records in one run (empty records take no span).
+const RUN_RECORDS: usize = 1 << 16;
+
+/// Records of a compaction that move as one: sources ascending in one
+/// chunk (holes of deleted bytes between them allowed), destinations back
+/// to back in one chunk, none over a source of the run (they are all
+/// pending until the batch is durable). `(index, old entry, new entry)`.
+#[derive(Debug, Default)]
+struct Run {
+    items: Vec<(u64, Loc, Loc)>,
+    /// End of the last source.
+    src_end: u64,
+}
+
+impl Run {
+    /// Whether the move `old -> new` (not onto its own bytes) can join.
+    fn extends(&self, old: Loc, new: Loc) -> bool {
+        let (Some(&(_, first, first_new)), Some(&(_, _, last_new))) =
+            (self.items.first(), self.items.last())
+        else {
+            return false;
+        };
+        let new_end = new.end();
+        self.items.len() < RUN_RECORDS
+            && old.chunk_id == first.chunk_id
+            && new.chunk_id == first_new.chunk_id
+            && u64::from(new.offset) == last_new.end()
+            && old.end() - u64::from(first.offset) <= RUN_SPAN
+            && (new.chunk_id != old.chunk_id || new_end <= u64::from(first.offset))
     }
 }
 
@@ -514,7 +644,62 @@ fn write_intent_file(vfs: &dyn crate::vfs::Vfs, dir: &std::path::Path, it: &Inte
 
 #[cfg(test)]
 mod tests {
-    use super::PendingSources;
+    use super::{PendingSources, RUN_RECORDS, RUN_SPAN, Run};
+    use crate::format::Loc;
+
+    fn loc(chunk_id: u32, offset: u32, phys_length: u32) -> Loc {
+        Loc {
+            offset,
+            phys_length,
+            logic_length: phys_length,
+            chunk_id,
+        }
+    }
+
+    /// What may join a run: a source later in the run's chunk (a hole
+    /// before it is fine) landing right after the run's last destination,
+    /// in the same destination chunk, never over the run's first source,
+    /// with the run's source span at most `RUN_SPAN`.
+    #[test]
+    fn a_run_takes_only_moves_that_cannot_overwrite_its_sources() {
+        let mut run = Run::default();
+        assert!(!run.extends(loc(0, 100, 10), loc(0, 0, 10)), "empty run");
+        run.items.push((7, loc(0, 100, 10), loc(0, 0, 10)));
+        run.src_end = 110;
+        // Adjacent source, adjacent destination, below the first source.
+        assert!(run.extends(loc(0, 110, 10), loc(0, 10, 10)));
+        // A hole of deleted bytes between the sources.
+        assert!(run.extends(loc(0, 150, 40), loc(0, 10, 40)));
+        // Ending exactly at the first source; one byte over it.
+        assert!(run.extends(loc(0, 150, 90), loc(0, 10, 90)));
+        assert!(!run.extends(loc(0, 150, 91), loc(0, 10, 91)));
+        // A gap in the destinations, or another destination chunk.
+        assert!(!run.extends(loc(0, 110, 10), loc(0, 11, 10)));
+        assert!(!run.extends(loc(0, 110, 10), loc(1, 10, 10)));
+        // Another source chunk.
+        assert!(!run.extends(loc(1, 0, 10), loc(0, 10, 10)));
+        // Into an earlier chunk, the destinations never meet the sources.
+        let mut across = Run::default();
+        across.items.push((1, loc(1, 0, 50), loc(0, 900, 50)));
+        across.src_end = 50;
+        assert!(across.extends(loc(1, 50, 500), loc(0, 950, 500)));
+        // The span read at once is bounded.
+        let span = RUN_SPAN as u32;
+        let mut big = Run::default();
+        big.items.push((1, loc(0, span, 10), loc(0, 0, 10)));
+        big.src_end = u64::from(span) + 10;
+        assert!(big.extends(loc(0, 2 * span - 10, 10), loc(0, 10, 10)));
+        assert!(!big.extends(loc(0, 2 * span - 9, 10), loc(0, 10, 10)));
+        // So is the number of records in it.
+        let mut many = Run::default();
+        many.items.push((0, loc(0, 100, 0), loc(0, 0, 0)));
+        many.src_end = 100;
+        while many.items.len() < RUN_RECORDS {
+            assert!(many.extends(loc(0, 100, 0), loc(0, 0, 0)));
+            many.items.push((0, loc(0, 100, 0), loc(0, 0, 0)));
+        }
+        assert!(!many.extends(loc(0, 100, 0), loc(0, 0, 0)));
+    }
 
     /// The overlap test of a batch of `n` pending sources costs O(log n)
     /// comparisons, so a compaction whose batches grow with the space

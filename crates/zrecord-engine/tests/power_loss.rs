@@ -324,3 +324,38 @@ fn scripted_edge_cases_survive_every_crash_point() {
         }
     }
 }
+
+/// Compaction moves runs of records with one read and one write: many
+/// small records of mixed sizes, a block of deleted bytes at the front (a
+/// shift larger than the records after it, so runs grow long and span the
+/// holes of scattered deletes) and scattered deletes alone (a shift that
+/// starts at one record, so runs stay short until it grows). Every crash
+/// point of each must open to a committed state.
+#[test]
+fn coalesced_compaction_moves_survive_every_crash_point() {
+    let var = |n: usize, tag: u8| {
+        Op::Var(
+            (0..n)
+                .map(|k| vec![tag.wrapping_add(k as u8); 3 + (k * 7) % 15])
+                .collect(),
+        )
+    };
+    let ops = vec![
+        var(120, 1),
+        Op::Sync,
+        // The first 30 records (indices 0..30 take the last 30's entries,
+        // so their own bytes become one hole), then every fourth.
+        Op::Delete((0..30).chain((30..90).step_by(4)).collect(), 1),
+        Op::Compact,
+        var(60, 130),
+        // Scattered only: the shift starts at one record's size.
+        Op::Delete((0..100).step_by(5).collect(), 1),
+        Op::Compact,
+    ];
+    for codec in [Codec::Raw, Codec::Zstd] {
+        for durability in [Durability::EachAppend, Durability::AtSync] {
+            let c = check_ops(codec, durability, true, ops.clone());
+            assert!(c.scenarios > 100, "{}", c.scenarios);
+        }
+    }
+}
