@@ -260,19 +260,36 @@ impl Engine {
             let Some(&(_, first, _)) = run.items.first() else {
                 return Ok(());
             };
-            let (src_start, src_end) = (u64::from(first.offset), run.src_end);
-            buf.resize((src_end - src_start) as usize, 0);
+            // Read the sources packed: one read per stretch of them whose
+            // holes are at most `HOLE_READ` (reading a small hole costs less
+            // than a read call; a large one is skipped), then close the
+            // stretch's holes in memory.
+            buf.resize((run.src_end - u64::from(first.offset)) as usize, 0);
             let src = &st.chunks[first.chunk_id as usize];
-            src.file
-                .read_at(buf, src_start)
-                .map_err(|e| poison(Error::io(&src.path, "read", e)))?;
-            // Close the holes: each record lands at or before where it was read.
             let mut w = 0usize;
-            for (_, old, _) in &run.items {
-                let at = (u64::from(old.offset) - src_start) as usize;
-                let n = old.phys_length as usize;
-                buf.copy_within(at..at + n, w);
-                w += n;
+            let mut k = 0;
+            while k < run.items.len() {
+                let start = u64::from(run.items[k].1.offset);
+                let mut m = k + 1;
+                while m < run.items.len()
+                    && u64::from(run.items[m].1.offset) - run.items[m - 1].1.end() <= HOLE_READ
+                {
+                    m += 1;
+                }
+                let span = (run.items[m - 1].1.end() - start) as usize;
+                src.file
+                    .read_at(&mut buf[w..w + span], start)
+                    .map_err(|e| poison(Error::io(&src.path, "read", e)))?;
+                let base = w;
+                for (_, old, _) in &run.items[k..m] {
+                    let at = base + (u64::from(old.offset) - start) as usize;
+                    let n = old.phys_length as usize;
+                    if at != w {
+                        buf.copy_within(at..at + n, w);
+                    }
+                    w += n;
+                }
+                k = m;
             }
             let (dst_chunk, dst_start) =
                 (run.items[0].2.chunk_id, u64::from(run.items[0].2.offset));
@@ -494,6 +511,9 @@ const LOC_GAP: u64 = 256;
 
 /// Most source bytes one run of a compaction reads at once.
 const RUN_SPAN: u64 = 4 << 20;
+/// Largest hole between two sources of a run read through rather than
+/// skipped with a read call of its own.
+const HOLE_READ: u64 = 64 << 10;
 /// Most records in one run (empty records take no span).
 const RUN_RECORDS: usize = 1 << 16;
 
