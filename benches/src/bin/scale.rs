@@ -131,6 +131,14 @@ fn dense(a: &[String]) {
         e.len(),
         rss()
     );
+    // Delete a range: the tail's entries fill it back to back.
+    let t = Instant::now();
+    e.delete(&(0..m).collect::<Vec<u64>>()).unwrap();
+    println!(
+        "delete the first {m} in one call: {:.3} s, len {}",
+        t.elapsed().as_secs_f64(),
+        e.len(),
+    );
     let calls = 200u64;
     let t = Instant::now();
     for _ in 0..calls {

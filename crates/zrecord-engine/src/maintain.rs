@@ -622,15 +622,29 @@ impl Engine {
         };
         match it {
             Intent::Delete { header, entries } => {
+                // One write per run of consecutive slots in a segment (a
+                // deleted range takes the tail's entries back to back).
                 let mut touched = BTreeSet::new();
-                for (i, l) in entries {
-                    let h = seg_of(*i)?;
+                let mut run: Vec<u8> = Vec::new();
+                let mut rest = &entries[..];
+                while let Some(&(first, _)) = rest.first() {
+                    let len = rest
+                        .iter()
+                        .zip(first..)
+                        .take_while(|&(&(i, _), want)| i == want && i / seg == first / seg)
+                        .count();
+                    run.clear();
+                    for (_, l) in &rest[..len] {
+                        run.extend_from_slice(&l.encode());
+                    }
+                    let h = seg_of(first)?;
                     io(
                         h,
                         "write",
-                        h.file.write_at(&l.encode(), (i % seg) * LOC_SIZE as u64),
+                        h.file.write_at(&run, (first % seg) * LOC_SIZE as u64),
                     )?;
-                    touched.insert(i / seg);
+                    touched.insert(first / seg);
+                    rest = &rest[len..];
                 }
                 for s in touched {
                     let h = &st.locs[s as usize];
