@@ -177,6 +177,27 @@ impl Engine {
             }
         }
 
+        // A record that fills a whole chunk has no place (the store was
+        // written with a larger chunk capacity than this handle's). Refused
+        // before anything moves: a refusal midway would leave the moves
+        // made so far uncommitted, their new entries in memory only.
+        if let Some((l, i)) = st
+            .table
+            .to_mut()
+            .iter()
+            .zip(0u64..)
+            .find(|(l, _)| u64::from(l.phys_length) >= cap)
+        {
+            return Err(Error::corrupted_record(
+                loc_path(i),
+                i,
+                format!(
+                    "its {} stored bytes do not fit a chunk of capacity {cap}",
+                    l.phys_length
+                ),
+            ));
+        }
+
         let mut chunk = 0u32;
         let mut off = 0u64;
         let mut moves = 0u64;
@@ -327,8 +348,15 @@ impl Engine {
         for i in order() {
             let loc = st.table.to_mut()[i as usize];
             let phys = u64::from(loc.phys_length);
-            let (mut c, mut o) = format::place(chunk, off, phys, cap)
-                .ok_or_else(|| Error::corrupted(loc_path(i), "record cannot be placed"))?;
+            // Only a chunk id past u32::MAX is left to fail here; runs may
+            // be written by now, so the handle is poisoned.
+            let (mut c, mut o) = format::place(chunk, off, phys, cap).ok_or_else(|| {
+                poison(Error::corrupted_record(
+                    loc_path(i),
+                    i,
+                    "its entry cannot be placed",
+                ))
+            })?;
             // Never move forwards (a record placed against the rule stays).
             if (c, o) > (loc.chunk_id, u64::from(loc.offset)) {
                 (c, o) = (loc.chunk_id, u64::from(loc.offset));
