@@ -273,3 +273,56 @@ fn compaction_moves_runs_around_holes_of_every_size() {
         assert!(e.verify().unwrap().is_ok());
     }
 }
+
+/// A store opened with a smaller chunk capacity than it was written with
+/// can hold a record too large to place (one that fills a whole chunk).
+/// Compaction must refuse before it moves anything: a refusal after it had
+/// moved (but not committed) other records left their new entries in
+/// memory only, pointing at bytes never synced, and the handle writable, so
+/// a later delete wrote such an entry to disk and a power cut then handed
+/// back another record's bytes.
+#[test]
+fn a_record_too_large_to_place_stops_compaction_before_any_move() {
+    use zrecord_engine::OpenMode;
+    use zrecord_engine::sim::SimVfs;
+    let v = SimVfs::new();
+    let at = |v: &SimVfs, cap: u64| EngineConfig {
+        chunk_capacity: cap,
+        ..sim(v)
+    };
+    let e = Engine::create_with("/s", &options(Codec::Raw), at(&v, 600)).unwrap();
+    // Chunk 0: a [0, 200), b [200, 300); chunk 1: x [0, 300); chunk 2:
+    // c [0, 512).
+    let recs: Vec<Vec<u8>> = [200usize, 100, 300, 512]
+        .iter()
+        .enumerate()
+        .map(|(t, &n)| vec![b'a' + t as u8; n])
+        .collect();
+    for r in &recs {
+        e.append_var(r, &[0, r.len()]).unwrap();
+    }
+    e.close().unwrap();
+    // In 512-byte chunks c cannot be placed (it fills one whole).
+    let mut e = Engine::open_with("/s", OpenMode::ReadWrite, at(&v, 512)).unwrap();
+    let mut model = recs.clone();
+    // [c, b, x]: b would move to 0 and x after it (in runs of their own,
+    // from two chunks), then c fails.
+    e.delete(&[0]).unwrap();
+    model_delete(&mut model, &[0], 1);
+    let files = |v: &SimVfs| {
+        ["0.chunk", "1.chunk", "2.chunk", "0.loc", "meta.zr"]
+            .map(|f| v.read_file(std::path::Path::new(&format!("/s/{f}"))))
+    };
+    let before = files(&v);
+    let err = e.compact().unwrap_err();
+    assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+    assert!(files(&v) == before, "a refused compaction wrote");
+    assert_matches(&e, &model);
+    // Delete c and x: b takes slot 0, its entry written by the intent.
+    e.delete(&[0, 2]).unwrap();
+    model_delete(&mut model, &[0, 2], 1);
+    assert_matches(&e, &model);
+    let cut = v.snapshot().crash_image(0);
+    let r = Engine::open_with("/s", OpenMode::ReadOnly, at(&cut, 512)).unwrap();
+    assert_matches(&r, &model);
+}
