@@ -203,22 +203,10 @@ impl Engine {
         let mut moves = 0u64;
         // Packed end of every chunk before the final one.
         let mut packed_ends: Vec<u64> = Vec::new();
-        let mut buf: Vec<u8> = Vec::new();
-        // The current batch: sources of moves whose new entries are not yet
-        // durable (their durable entries still point there), and the files
-        // it wrote. A destination never overlaps a pending source: the batch
-        // is made durable first (one fsync round per batch, not per record).
-        let mut pending = PendingSources::default();
-        let mut dirty_chunks: BTreeSet<usize> = BTreeSet::new();
-        // Entries of the batch, written only once its bytes are durable: an
-        // entry must never reach the disk before the bytes it points to.
-        let mut deferred: Vec<(u64, Loc)> = Vec::new();
-        let flush = |st: &crate::engine::State,
-                     pending: &mut PendingSources,
-                     deferred: &mut Vec<(u64, Loc)>,
-                     dc: &mut BTreeSet<usize>|
-         -> Result<()> {
-            for &c in dc.iter() {
+        let mut b = Batch::default();
+        // Commits the batch: its chunks' bytes durable, then its entries.
+        let flush = |st: &crate::engine::State, b: &mut Batch| -> Result<()> {
+            for &c in b.dirty.iter() {
                 let h = &st.chunks[c];
                 h.file
                     .sync()
@@ -230,11 +218,11 @@ impl Engine {
             // has the batch's new entries and everyone else's durable ones),
             // cheaper than a write call each where deletes scattered the
             // indices that move.
-            deferred.sort_unstable_by_key(|&(i, _)| i);
+            b.deferred.sort_unstable_by_key(|&(i, _)| i);
             let view = st.table.view();
             let mut dl = BTreeSet::new();
             let mut run: Vec<u8> = Vec::new();
-            let mut rest = &deferred[..];
+            let mut rest = &b.deferred[..];
             while let Some(&(first, _)) = rest.first() {
                 let s = first / seg;
                 let mut len = 1;
@@ -262,87 +250,82 @@ impl Engine {
                     .sync()
                     .map_err(|e| poison(Error::io(&h.path, "sync", e)))?;
             }
-            pending.clear();
-            deferred.clear();
-            dc.clear();
+            b.pending.clear();
+            b.deferred.clear();
+            b.dirty.clear();
             Ok(())
         };
-        // Records that move together (read back to back from one chunk, holes
-        // of deleted bytes between them allowed; written back to back) go
-        // as one run: one read and one write, not one of each per record.
-        let mut run = Run::default();
-        let exec = |st: &mut crate::engine::State,
-                    run: &mut Run,
-                    buf: &mut Vec<u8>,
-                    pending: &mut PendingSources,
-                    deferred: &mut Vec<(u64, Loc)>,
-                    dc: &mut BTreeSet<usize>|
-         -> Result<()> {
-            let Some(&(_, first, _)) = run.items.first() else {
+        // Moves the batch's run (see `Run`): one read and one write, not one
+        // of each per record.
+        let exec = |st: &mut crate::engine::State, b: &mut Batch| -> Result<()> {
+            let Some(&(_, first, _)) = b.run.items.first() else {
                 return Ok(());
             };
             // Read the sources packed: one read per stretch of them whose
             // holes are at most `HOLE_READ` (reading a small hole costs less
             // than a read call; a large one is skipped), then close the
             // stretch's holes in memory.
-            buf.resize((run.src_end - u64::from(first.offset)) as usize, 0);
+            b.buf
+                .resize((b.run.src_end - u64::from(first.offset)) as usize, 0);
             let src = &st.chunks[first.chunk_id as usize];
             let mut w = 0usize;
             let mut k = 0;
-            while k < run.items.len() {
-                let start = u64::from(run.items[k].1.offset);
+            while k < b.run.items.len() {
+                let start = u64::from(b.run.items[k].1.offset);
                 let mut m = k + 1;
-                while m < run.items.len()
-                    && u64::from(run.items[m].1.offset) - run.items[m - 1].1.end() <= HOLE_READ
+                while m < b.run.items.len()
+                    && u64::from(b.run.items[m].1.offset) - b.run.items[m - 1].1.end() <= HOLE_READ
                 {
                     m += 1;
                 }
-                let span = (run.items[m - 1].1.end() - start) as usize;
+                let span = (b.run.items[m - 1].1.end() - start) as usize;
                 src.file
-                    .read_at(&mut buf[w..w + span], start)
+                    .read_at(&mut b.buf[w..w + span], start)
                     .map_err(|e| poison(Error::io(&src.path, "read", e)))?;
                 let base = w;
-                for (_, old, _) in &run.items[k..m] {
+                for (_, old, _) in &b.run.items[k..m] {
                     let at = base + (u64::from(old.offset) - start) as usize;
                     let n = old.phys_length as usize;
                     if at != w {
-                        buf.copy_within(at..at + n, w);
+                        b.buf.copy_within(at..at + n, w);
                     }
                     w += n;
                 }
                 k = m;
             }
-            let (dst_chunk, dst_start) =
-                (run.items[0].2.chunk_id, u64::from(run.items[0].2.offset));
+            let (dst_chunk, dst_start) = (
+                b.run.items[0].2.chunk_id,
+                u64::from(b.run.items[0].2.offset),
+            );
             let dst_end = dst_start + w as u64;
-            if pending.overlaps(dst_chunk, dst_start, dst_end) {
-                flush(st, pending, deferred, dc)?;
+            if b.pending.overlaps(dst_chunk, dst_start, dst_end) {
+                flush(st, b)?;
             }
             let dst = &st.chunks[dst_chunk as usize];
             dst.file
-                .write_at(&buf[..w], dst_start)
+                .write_at(&b.buf[..w], dst_start)
                 .map_err(|e| poison(Error::io(&dst.path, "write", e)))?;
             // The run's sources stay pending, one span per stretch without
             // a hole (a hole's bytes are free for a later destination).
             let mut k = 0;
-            while k < run.items.len() {
-                let start = u64::from(run.items[k].1.offset);
-                let mut end = run.items[k].1.end();
+            while k < b.run.items.len() {
+                let start = u64::from(b.run.items[k].1.offset);
+                let mut end = b.run.items[k].1.end();
                 k += 1;
-                while k < run.items.len() && u64::from(run.items[k].1.offset) == end {
-                    end = run.items[k].1.end();
+                while k < b.run.items.len() && u64::from(b.run.items[k].1.offset) == end {
+                    end = b.run.items[k].1.end();
                     k += 1;
                 }
-                pending.push(first.chunk_id, start, end);
+                b.pending.push(first.chunk_id, start, end);
             }
-            for &(i, _, new) in &run.items {
-                deferred.push((i, new));
+            for &(i, _, new) in &b.run.items {
+                b.deferred.push((i, new));
                 st.table.to_mut()[i as usize] = new;
             }
-            dc.insert(dst_chunk as usize);
+            b.dirty.insert(dst_chunk as usize);
             let end = &mut st.chunk_ends[dst_chunk as usize];
             *end = (*end).max(dst_end);
-            run.items.clear();
+            b.run.items.clear();
             Ok(())
         };
         for i in order() {
@@ -363,15 +346,8 @@ impl Engine {
             }
             if (c, o) != (loc.chunk_id, u64::from(loc.offset)) {
                 if moves == max_moves {
-                    exec(
-                        st,
-                        &mut run,
-                        &mut buf,
-                        &mut pending,
-                        &mut deferred,
-                        &mut dirty_chunks,
-                    )?;
-                    flush(st, &mut pending, &mut deferred, &mut dirty_chunks)?;
+                    exec(st, &mut b)?;
+                    flush(st, &mut b)?;
                     return Ok(false);
                 }
                 let new = Loc {
@@ -383,32 +359,25 @@ impl Engine {
                     // The destination overwrites the record's own durable
                     // bytes: it moves alone, through an intent (bytes + new
                     // entry).
-                    exec(
-                        st,
-                        &mut run,
-                        &mut buf,
-                        &mut pending,
-                        &mut deferred,
-                        &mut dirty_chunks,
-                    )?;
-                    buf.resize(phys as usize, 0);
+                    exec(st, &mut b)?;
+                    b.buf.resize(phys as usize, 0);
                     let src = &st.chunks[loc.chunk_id as usize];
                     src.file
-                        .read_at(&mut buf, u64::from(loc.offset))
+                        .read_at(&mut b.buf, u64::from(loc.offset))
                         .map_err(|e| poison(Error::io(&src.path, "read", e)))?;
-                    if pending.overlaps(c, o, o + phys) {
-                        flush(st, &mut pending, &mut deferred, &mut dirty_chunks)?;
+                    if b.pending.overlaps(c, o, o + phys) {
+                        flush(st, &mut b)?;
                     }
                     let dst = &st.chunks[c as usize];
                     let h = &st.locs[(i / seg) as usize];
                     let it = Intent::Move {
                         index: i,
                         loc: new,
-                        bytes: buf.clone(),
+                        bytes: b.buf.clone(),
                     };
                     write_intent_file(&*vfs, &dir, &it).map_err(poison)?;
                     dst.file
-                        .write_at(&buf, o)
+                        .write_at(&b.buf, o)
                         .and_then(|_| dst.file.sync())
                         .map_err(|e| poison(Error::io(&dst.path, "write", e)))?;
                     h.file
@@ -423,20 +392,11 @@ impl Engine {
                     st.table.to_mut()[i as usize] = new;
                     let end = &mut st.chunk_ends[c as usize];
                     *end = (*end).max(o + phys);
-                } else if !run.extends(loc, new) {
-                    exec(
-                        st,
-                        &mut run,
-                        &mut buf,
-                        &mut pending,
-                        &mut deferred,
-                        &mut dirty_chunks,
-                    )?;
-                    run.items.push((i, loc, new));
-                    run.src_end = loc.end();
                 } else {
-                    run.items.push((i, loc, new));
-                    run.src_end = loc.end();
+                    if !b.run.extends(loc, new) {
+                        exec(st, &mut b)?;
+                    }
+                    b.run.push(i, loc, new);
                 }
                 moves += 1;
             }
@@ -450,20 +410,21 @@ impl Engine {
             chunk = c;
             off = o + phys;
         }
-        exec(
-            st,
-            &mut run,
-            &mut buf,
-            &mut pending,
-            &mut deferred,
-            &mut dirty_chunks,
-        )?;
+        exec(st, &mut b)?;
 
         // Moved bytes and entries durable before the header shrinks the frontier.
-        flush(st, &mut pending, &mut deferred, &mut dirty_chunks)?;
+        flush(st, &mut b)?;
+        // Only hand-made files get here (placement keeps every end below a
+        // chunk capacity of at most 4 GiB); the moves are committed.
+        let tail_offset = u32::try_from(off).map_err(|_| {
+            poison(Error::corrupted(
+                &st.chunks[chunk as usize].path,
+                format!("its live records end at byte {off}, past what a tail offset holds"),
+            ))
+        })?;
         let header = Header {
             tail_chunk: chunk,
-            tail_offset: off as u32,
+            tail_offset,
             ..st.header
         };
         self.meta
@@ -556,7 +517,32 @@ struct Run {
     src_end: u64,
 }
 
+/// The current batch of a compaction. A destination never overlaps a
+/// pending source: the batch is made durable first (one fsync round per
+/// batch, not per record).
+#[derive(Debug, Default)]
+struct Batch {
+    /// Sources of moves whose new entries are not yet durable (their
+    /// durable entries still point there).
+    pending: PendingSources,
+    /// Chunks written.
+    dirty: BTreeSet<usize>,
+    /// New entries, written only once the bytes are durable: an entry
+    /// must never reach the disk before the bytes it points to.
+    deferred: Vec<(u64, Loc)>,
+    /// Moves not yet made.
+    run: Run,
+    /// Bytes read for a move.
+    buf: Vec<u8>,
+}
+
 impl Run {
+    /// Adds the move `old -> new` of record `index`.
+    fn push(&mut self, index: u64, old: Loc, new: Loc) {
+        self.items.push((index, old, new));
+        self.src_end = old.end();
+    }
+
     /// Whether the move `old -> new` (not onto its own bytes) can join.
     fn extends(&self, old: Loc, new: Loc) -> bool {
         let (Some(&(_, first, first_new)), Some(&(_, _, last_new))) =
