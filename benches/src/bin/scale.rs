@@ -157,6 +157,14 @@ fn dense(a: &[String]) {
         rss(),
         status("VmHWM:")
     );
+    let t = Instant::now();
+    let report = e.verify().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    println!(
+        "verify: {:.2} s ({} records)",
+        t.elapsed().as_secs_f64(),
+        report.records
+    );
     drop(e);
     std::fs::remove_dir_all(&d).unwrap();
 }

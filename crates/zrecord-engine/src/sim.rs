@@ -62,7 +62,8 @@ struct State {
     /// Those of `dirs` whose parent has not been synced since, oldest first.
     mkdir_log: Vec<PathBuf>,
     calls: u64,
-    fail_at: Option<u64>,
+    /// First failing call and how many fail.
+    fail_at: Option<(u64, u64)>,
     record: bool,
     snapshots: Vec<Snapshot>,
     /// Which boot of the simulated machine this is (a power cut starts the
@@ -264,8 +265,14 @@ impl SimVfs {
 
     /// Fails the `n`th I/O call from now (0-based) and only it; `None` clears.
     pub fn fail_at(&self, n: Option<u64>) {
+        self.fail_span(n, 1);
+    }
+
+    /// Fails `count` I/O calls in a row from the `n`th from now (a fault
+    /// that a retry meets again); `None` clears.
+    pub fn fail_span(&self, n: Option<u64>, count: u64) {
         let mut s = self.lock();
-        s.fail_at = n.map(|n| s.calls + n);
+        s.fail_at = n.map(|n| (s.calls + n, count));
     }
 
     /// I/O calls made so far.
@@ -375,7 +382,9 @@ fn snap(s: &State) -> Snapshot {
 fn enter(s: &mut State, mutating: bool) -> io::Result<()> {
     let n = s.calls;
     s.calls += 1;
-    if s.fail_at == Some(n) {
+    if s.fail_at
+        .is_some_and(|(first, count)| (first..first + count).contains(&n))
+    {
         return Err(io::Error::other(format!(
             "injected failure of I/O call {n}"
         )));

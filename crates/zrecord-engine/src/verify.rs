@@ -5,6 +5,12 @@ use crate::engine::{Engine, check_entry};
 use crate::error::Result;
 use crate::format::{LOC_SIZE, Loc};
 
+/// Most records, and bytes, that `verify` decodes in one gather.
+const VERIFY_BATCH: usize = 4096;
+const VERIFY_BATCH_BYTES: usize = 64 << 20;
+/// Entries `verify` reads from a loc segment at once.
+const VERIFY_LOC_BLOCK: u64 = 1 << 16;
+
 /// What [`Engine::verify`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VerifyReport {
@@ -116,31 +122,65 @@ impl Engine {
         // The loc files hold the table.
         self.verify_loc_files(&table, &mut rep);
         // Every sound record decodes to exactly its length: through the
-        // gather path, or for a claimed length larger than the stored bytes
-        // justify, by streaming (so a hostile entry cannot make verify
-        // allocate 2 GiB).
+        // parallel gather, a batch at a time (a batch that fails is checked
+        // again record by record, to name each bad one), or, for a claimed
+        // length larger than the stored bytes justify, by streaming (so a
+        // hostile entry cannot make verify allocate 2 GiB).
+        let streamed = |l: &Loc| (l.logic_length as usize) > (1 << 20).max(l.phys_length as usize);
         let mut buf = Vec::new();
-        for &i in &sound {
-            let l = table[i as usize];
-            let n = l.logic_length as usize;
-            let r = if n <= (1 << 20).max(l.phys_length as usize) {
-                buf.resize(n, 0);
+        let mut batch: Vec<u64> = Vec::new();
+        let mut offsets = vec![0usize];
+        let mut sound_iter = sound.iter().copied().peekable();
+        while sound_iter.peek().is_some() {
+            batch.clear();
+            offsets.truncate(1);
+            while let Some(&i) = sound_iter.peek() {
+                let l = table[i as usize];
+                if streamed(&l) {
+                    sound_iter.next();
+                    match self.stream_decode_len(&l).and_then(|got| {
+                        if got == u64::from(l.logic_length) {
+                            Ok(())
+                        } else {
+                            Err(format!(
+                                "decodes to {got} bytes, entry says {}",
+                                l.logic_length
+                            ))
+                        }
+                    }) {
+                        Ok(()) => rep.decoded_bytes += u64::from(l.logic_length),
+                        Err(e) => rep.bad.push((i, format!("does not decode: {e}"))),
+                    }
+                    continue;
+                }
+                let end = offsets[offsets.len() - 1] + l.logic_length as usize;
+                if !batch.is_empty() && (end > VERIFY_BATCH_BYTES || batch.len() >= VERIFY_BATCH) {
+                    break;
+                }
+                sound_iter.next();
+                batch.push(i);
+                offsets.push(end);
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            let total = offsets[offsets.len() - 1];
+            buf.resize(total, 0);
+            if self.gather_var(&batch, &mut buf, &offsets).is_ok() {
+                rep.decoded_bytes += total as u64;
+                continue;
+            }
+            for &i in &batch {
+                let n = table[i as usize].logic_length as usize;
                 // The chain: an I/O error's message names only the call
                 // and file, its cause (the OS error) is its source.
-                self.gather_var(&[i], &mut buf, &[0, n])
+                match self
+                    .gather_var(&[i], &mut buf[..n], &[0, n])
                     .map_err(|e| crate::error::error_chain(&e))
-            } else {
-                self.stream_decode_len(&l).and_then(|got| {
-                    if got == u64::from(l.logic_length) {
-                        Ok(())
-                    } else {
-                        Err(format!("decodes to {got} bytes, entry says {n}"))
-                    }
-                })
-            };
-            match r {
-                Ok(()) => rep.decoded_bytes += n as u64,
-                Err(e) => rep.bad.push((i, format!("does not decode: {e}"))),
+                {
+                    Ok(()) => rep.decoded_bytes += n as u64,
+                    Err(e) => rep.bad.push((i, format!("does not decode: {e}"))),
+                }
             }
         }
         rep.bad.sort_by_key(|b| b.0);
@@ -184,32 +224,45 @@ impl Engine {
     fn verify_loc_files(&self, table: &[Loc], rep: &mut VerifyReport) {
         let seg = self.cfg.loc_segment_entries;
         let st = self.read_state();
-        let mut buf = vec![0u8; LOC_SIZE];
-        for (i, l) in table.iter().enumerate() {
-            let i = i as u64;
-            if self.unapplied.contains(&i) {
-                // A read-only handle's entry from a pending delete intent:
-                // the file holds the entry from before or after the
-                // delete, until a read-write open applies it.
-                continue;
-            }
-            let Some(h) = st.locs.get((i / seg) as usize) else {
-                rep.problems.push(format!("no loc segment for record {i}"));
+        let mut buf = Vec::new();
+        // A block of entries per read, never past a segment's end.
+        let mut first = 0u64;
+        while first < table.len() as u64 {
+            let s = first / seg;
+            let n = (table.len() as u64 - first)
+                .min(seg - first % seg)
+                .min(VERIFY_LOC_BLOCK);
+            let Some(h) = st.locs.get(s as usize) else {
+                rep.problems
+                    .push(format!("no loc segment for record {first}"));
                 return;
             };
-            match h.file.read_at(&mut buf, (i % seg) * LOC_SIZE as u64) {
-                Ok(()) => {
-                    let d = Loc::decode(buf[..].try_into().expect("16 bytes"));
-                    if d != *l {
-                        rep.bad
-                            .push((i, format!("{} holds {d:?}, memory {l:?}", h.path.display())));
-                    }
-                }
-                Err(e) => {
+            buf.resize(n as usize * LOC_SIZE, 0);
+            if let Err(e) = h.file.read_at(&mut buf, (first % seg) * LOC_SIZE as u64) {
+                // Name every record the failed read covered.
+                for i in first..first + n {
                     rep.bad
                         .push((i, format!("{}: read failed: {e}", h.path.display())));
                 }
+                first += n;
+                continue;
             }
+            for (k, bytes) in buf.as_chunks::<LOC_SIZE>().0.iter().enumerate() {
+                let i = first + k as u64;
+                if self.unapplied.contains(&i) {
+                    // A read-only handle's entry from a pending delete
+                    // intent: the file holds the entry from before or
+                    // after the delete, until a read-write open applies it.
+                    continue;
+                }
+                let d = Loc::decode(bytes);
+                let l = table[i as usize];
+                if d != l {
+                    rep.bad
+                        .push((i, format!("{} holds {d:?}, memory {l:?}", h.path.display())));
+                }
+            }
+            first += n;
         }
     }
 }
