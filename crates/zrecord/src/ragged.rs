@@ -426,6 +426,10 @@ impl RaggedCore {
             let phys: Vec<u64> = logical.iter().flat_map(|&i| [2 * i + 1, 2 * i]).collect();
             let mut lens = vec![0u64; phys.len()];
             self.engine.record_lengths(&phys, &mut lens, None)?;
+            // Records whose shape record has a plausible length, with the
+            // payload length and where their shape lands in `shape_buf`.
+            let mut checked: Vec<(u64, u64)> = Vec::with_capacity(logical.len());
+            let mut offsets = vec![0usize];
             for (k, &i) in logical.iter().enumerate() {
                 let (shape_len, payload_len) = (lens[2 * k], lens[2 * k + 1]);
                 if shape_len < 8 || shape_len % 8 != 0 || shape_len > 8 * (MAX_RANK as u64 + 1) {
@@ -437,11 +441,23 @@ impl RaggedCore {
                     ));
                     continue;
                 }
-                shape_buf.resize(shape_len as usize, 0);
-                let offsets = [0, shape_len as usize];
-                if let Err(e) = self
-                    .engine
-                    .gather_var(&[2 * i + 1], &mut shape_buf, &offsets)
+                checked.push((i, payload_len));
+                offsets.push(offsets[offsets.len() - 1] + shape_len as usize);
+            }
+            // The batch's shape records in one gather; if one fails, each
+            // is read alone, to name the unreadable ones.
+            shape_buf.resize(offsets[offsets.len() - 1], 0);
+            let shape_idx: Vec<u64> = checked.iter().map(|&(i, _)| 2 * i + 1).collect();
+            let whole = self
+                .engine
+                .gather_var(&shape_idx, &mut shape_buf, &offsets)
+                .is_ok();
+            for (k, &(i, payload_len)) in checked.iter().enumerate() {
+                let shape = &mut shape_buf[offsets[k]..offsets[k + 1]];
+                if !whole
+                    && let Err(e) = self
+                        .engine
+                        .gather_var(&[2 * i + 1], shape, &[0, shape.len()])
                 {
                     let e = logical_record_error(e.into());
                     let e = crate::error::chain(&e);
@@ -449,9 +465,9 @@ impl RaggedCore {
                     continue;
                 }
                 let word = |j: usize| {
-                    u64::from_le_bytes(shape_buf[8 * j..8 * j + 8].try_into().expect("8 bytes"))
+                    u64::from_le_bytes(shape[8 * j..8 * j + 8].try_into().expect("8 bytes"))
                 };
-                let have = shape_buf.len() / 8 - 1;
+                let have = shape.len() / 8 - 1;
                 if word(0) != have as u64 {
                     rep.bad.push((
                         i,

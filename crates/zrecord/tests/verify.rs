@@ -77,3 +77,51 @@ fn dense_verify_is_clean_on_a_healthy_store_and_names_garbled_records() {
     assert!(!rep.is_ok());
     assert!(rep.bad.iter().all(|(i, _)| *i == 7), "{:?}", rep.bad);
 }
+
+/// The shape records are read a batch per gather; one that does not decode
+/// fails its batch, which is then read record by record: the unreadable one
+/// is named, and the others of the batch are still checked (record 11's
+/// shape frame is replaced by record 12's, a valid frame of another shape).
+#[test]
+fn ragged_verify_checks_a_whole_batch_around_an_unreadable_shape_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r");
+    {
+        let s = RaggedStore::<i32>::create(&path, &CreateOptions::new(Codec::Zstd)).unwrap();
+        let recs: Vec<ArrayD<i32>> = (0..20)
+            .map(|i| ArrayD::from_shape_fn(IxDyn(&[2, (i % 5 + 1) as usize]), |d| d[1] as i32))
+            .collect();
+        s.append(recs.iter().map(|a| a.view())).unwrap();
+        s.sync().unwrap();
+        assert!(s.core().verify().unwrap().is_ok());
+    }
+    let loc = std::fs::read(path.join("0.loc")).unwrap();
+    let entry = |phys: usize| {
+        let e = &loc[phys * 16..phys * 16 + 16];
+        let offset = u32::from_le_bytes(e[0..4].try_into().unwrap()) as usize;
+        let len = u32::from_le_bytes(e[4..8].try_into().unwrap()) as usize;
+        (offset, len)
+    };
+    let mut bytes = std::fs::read(path.join("0.chunk")).unwrap();
+    // Record 4's shape frame: garbled past its magic number.
+    let (o4, l4) = entry(2 * 4 + 1);
+    for b in &mut bytes[o4 + 4..o4 + l4] {
+        *b ^= 0xA5;
+    }
+    // Record 11's shape frame becomes record 12's ([2, 3] for a [2, 2]
+    // payload): frames of 24 bytes of shape, the same length.
+    let ((o11, l11), (o12, l12)) = (entry(2 * 11 + 1), entry(2 * 12 + 1));
+    assert_eq!(l11, l12);
+    let twelve = bytes[o12..o12 + l12].to_vec();
+    bytes[o11..o11 + l11].copy_from_slice(&twelve);
+    std::fs::write(path.join("0.chunk"), bytes).unwrap();
+
+    let core = RaggedCore::open(&path, &OpenOptions::read_only()).unwrap();
+    let rep = core.verify().unwrap();
+    let mut bad: Vec<u64> = rep.bad.iter().map(|(i, _)| *i).collect();
+    bad.dedup();
+    assert_eq!(bad, [4, 11], "{:?}", rep.bad);
+    let says = |i: u64, what: &str| rep.bad.iter().any(|(j, m)| *j == i && m.contains(what));
+    assert!(says(4, "shape record unreadable"), "{:?}", rep.bad);
+    assert!(says(11, "payload decodes to"), "{:?}", rep.bad);
+}
