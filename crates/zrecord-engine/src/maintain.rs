@@ -503,7 +503,7 @@ const RUN_SPAN: u64 = 4 << 20;
 /// Largest hole between two sources of a run read through rather than
 /// skipped with a read call of its own.
 const HOLE_READ: u64 = 64 << 10;
-/// Most records in one run (empty records take no span).
+/// Most records in one run (4 MiB of 1-byte records would be 4 M).
 const RUN_RECORDS: usize = 1 << 16;
 
 /// Records of a compaction that move as one: sources ascending in one
