@@ -1611,7 +1611,10 @@ def gen_compact_heavy(rng, pid):
             else:
                 steps.append("X.sync()")
         else:
-            steps.append("#info\n(lambda d: sorted((k, v[0]) for k, v in d.items()))(dirprint('s'))")
+            # file sizes: the same for raw stores (compressed sizes differ
+            # with the zstd build); durable.zr is ours alone (deferred appends)
+            steps.append(("" if codec == "'raw'" else "#info\n") +
+                         "sorted((k, v[0]) for k, v in dirprint('s').items() if k != 'durable.zr')")
     steps.append("X.compact()\n(len(X), rdig(X[:]))")
     steps.append(f"X.close()\nX = {ctor}('s')\n(len(X), rdig(X[:]), X.stats()['records'])")
     steps.append(_heavy_append(rng, "X", kind, dtcode, shape, seed + 1, 10) + "\nX.compact()\nX.compact()\n(len(X), rdig(X[-20:]))")
@@ -1709,13 +1712,17 @@ CLOSED_PROTO = [
     "import weakref\nweakref.ref(X)() is X", "#info\nrepr(X)", "X == X", "{X: 2}[X]",
     "sorted(n for n in REF_NAMES if n in dir(X))", "sorted(n for n in REF_NAMES if hasattr(X, n))",
     "(type(X).__name__, X.dtype.str)", "next(iter(X))", "list(X)", "X.close()", "X.__exit__(None, None, None)",
-    "with X:\n    pass", "X.path.name",
+    "with X:\n    pass", "X.path.name", "import pickle\ntype(pickle.loads(pickle.dumps(X))).__name__",
+    "c = copy.copy(X)\n(type(c).__name__, c.dtype, c.path == X.path)", "X.foo = 1\nX.foo",
+    "sorted(k for k in vars(X) if not k.startswith('_') and k not in ('read_only', 'durability'))",
 ]
 SAMPLER_PROTO = [
     "iter(S) is S", "next(S)", "next(iter(S))", "[next(S) for _ in range(3)]",
     "import itertools\nlist(itertools.islice(S, 3))", "for b in S:\n    break\nb", "bool(S)", "len(S)",
     "hash(S) == hash(S)", "import weakref\nweakref.ref(S)() is S", "reversed(S)", "S.next()",
-    "list(zip(range(2), S))", "next(S, None)", "sorted(n for n in REF_NAMES if n in dir(S))",
+    "list(zip(range(2), S))", "next(S, None)",
+    # not 'sampler' (the reference's cffi handle) nor 'indices' (its buffer; README)
+    "sorted(n for n in REF_NAMES if n in dir(S) and n not in ('sampler', 'indices'))",
     "S.seek(0)\nnext(S)", "S.seek(3)\n[next(S), S.next()]", "type(S.Mode.CYCLIC).__name__",
     "(S.Mode.SEQUENTIAL, S.Mode.IID, S.Mode.CYCLIC)", "S == S", "{S: 1}[S]", "#info\nrepr(S)",
     "type(iter(S)).__name__", "import collections.abc as cabc\n[isinstance(S, c) for c in (cabc.Iterator, cabc.Iterable, cabc.Sized)]",
@@ -1770,6 +1777,12 @@ def gen_protocol(rng, pid):
                                      "sorted(L.streams)", "L.__enter__() is L"]))
         if rng.random() < 0.08:
             steps.append("next(L)")
+        elif rng.random() < 0.3:
+            steps.append("import weakref, gc\nw = weakref.ref(L)\ndel L\ngc.collect()\nw() is None")
+        if rng.random() < 0.2:
+            # an open loader nobody holds
+            steps.append("import weakref, gc\nL2 = DataLoader({'a': X}, batch_size=1, mode=0, num_workers=1)\n"
+                         "b = next(L2)\nw = weakref.ref(L2)\ndel L2\ngc.collect()\n(b, w() is None)")
     return steps
 
 
@@ -1802,9 +1815,11 @@ def gen_threads(rng, pid):
               f"X = RaggedStore('t', np.int32, codec={codec})") + f"\nX.append(batch(0, {n0}))"]
     for _ in range(rint(rng, 1, 3)):
         readers = rng.choice([1, 2, 4, 6])
-        iters = rng.choice([50, 200, 500])
-        batches = rng.choice([20, 100, 300])
-        bmax = rng.choice([1, 5, 40])
+        # sized so that the reference's per-record Python loop (a ragged
+        # X[:] of thousands of records) stays within the tester's STALL_S
+        iters = rng.choice([30, 120])
+        batches = rng.choice([20, 60])
+        bmax = rng.choice([1, 5, 20])
         forms = rng.sample(["list", "arr", "u64", "slice", "one", "neg", "mask", "getitems", "tail", "len"],
                            rint(rng, 1, 6))
         extra = rng.choice(["", "", "stats", "sync", "hasdict"])
@@ -2469,6 +2484,35 @@ def classify(m):
         # ZrecordError (a RuntimeError), so list(), `in` (a miss), np.asarray
         # and next() at the end raise there.
         return "DOC: iteration ends at IndexOutOfRange (an IndexError)"
+    if rc == "ZrecordError" and r.get("code") == -3 and cat == "exc-type" and oc == "ValueError" \
+            and "inhomogeneous" in om and ("np.array(" in step or "np.asarray(" in step):
+        # np.array(ragged store): ours ends the sequence and NumPy finds
+        # the records' shapes differ; the reference fails at its end first.
+        return "DOC: iteration ends at IndexOutOfRange (an IndexError)"
+    if m["label"] == "proto" and step.strip() == "next(L)" and oc == "RuntimeError" and \
+            "closed" in om and any(x.strip() in ("L.close()", "with L:\n    pass", "L.__exit__(None, None, None)")
+                                   for x in m["prefix"]):
+        # The reference's close() drains its queue, then joins workers that
+        # may still put one batch: next() returns that stale batch, or
+        # blocks for ever (a ref-hang) when there is none.
+        return "DOC: next() on a closed DataLoader raises (ref: a stale batch, or blocks for ever)"
+    if cat == "value" and "dirprint(" in step and r.get("t") == o.get("t") == "list":
+        files = lambda v: {x["v"][0]["v"]: x["v"][1]["v"] for x in v["v"]}  # noqa: E731
+        fr, fo = files(r), files(o)
+        if fr.get("0.chunk") == fo.get("0.chunk") == 0 and "0.loc" in fr and "0.loc" not in fo and \
+                {k: v for k, v in fr.items() if k != "0.loc"} == fo:
+            # compacted to no records on a handle opened after the deletes:
+            # the reference leaves the old location file (stale entries
+            # past the record count), ours removes it; each opens and
+            # appends to the other's.
+            return "DOC: a store compacted to no records on a reopened handle: ref keeps its stale .loc file"
+    if m["label"] == "proto" and cat == "value" and "w = weakref.ref(L2)" in step:
+        # The reference's worker threads hold the loader (bound methods):
+        # one nobody holds is never collected and its threads run on.
+        return "DOC: an open DataLoader nobody holds is collected, its threads stopped (ref: kept alive)"
+    if m["label"] == "proto" and cat == "ours-raises" and oc == "TypeError" and "pickle.dumps(X)" in step \
+            and "closed" in om:
+        return "DOC: a closed store does not pickle (ref: pickles as a closed store)"
     if "RuntimeError" == oc and "StopIteration" in om:
         return "DOC: a transform raising StopIteration is a RuntimeError"
     padded = "align=True" in step or "offsets" in step or "'f1', 'V" in str(r.get("dtype", "")) or \
