@@ -1737,6 +1737,37 @@ LOADER_PROTO = [
 ]
 
 
+# User subclasses of the stores and the sampler (a wrapper that decodes or
+# augments records, filters batches, fixes arguments).
+STORE_SUBS = [
+    "class Sub(K):\n    def __getitems__(self, idxs):\n        out = super().__getitems__(idxs)\n"
+    "        return out[..., None] if isinstance(out, np.ndarray) else [r[..., None] for r in out]",
+    "class Sub(K):\n    pass",
+    "class Mid(K):\n    def __getitems__(self, idxs):\n        return ['x'] * len(super().__getitems__(idxs))\nclass Sub(Mid):\n    pass",
+    "class Sub(K):\n    def __len__(self):\n        return max(0, super().__len__() - 1)",
+    "class Sub(K):\n    def __getitem__(self, idx):\n        return ('item', super().__getitem__(idx))",
+    "class Sub(K):\n    def _idxs(self, idx):\n        return super()._idxs(idx)",
+]
+SUB_OPS = ["X[0]", "X[-1]", "X[np.int64(0)]", "X[np.uint8(0)]", "X[[0]]", "X[:]", "X[::-1]", "next(iter(X))",
+           "list(reversed(X))", "len(X)", "X[len(X) - 1]", "type(copy.copy(X)).__name__", "bool(X)",
+           "L = DataLoader({'a': X}, batch_size=1, mode=0, num_workers=1)\nb = next(L)\nL.close()\nb",
+           "X.__getitems__([0])", "X.__getitems__(np.array([0], np.uint64))", "#info\nrepr(X)",
+           "import itertools\nlist(itertools.islice(X, 2))"]
+SAMPLER_SUBS = [
+    "class SS(Sampler):\n    def next(self):\n        return super().next()[::-1]",
+    "class SS(Sampler):\n    def next(self):\n        return 'nx'",
+    "class SS(Sampler):\n    def __next__(self):\n        return 'n'",
+    "class SS(Sampler):\n    def __next__(self):\n        return 'n'\n    def next(self):\n        return 'nx'",
+    "class SS(Sampler):\n    pass",
+    "class SS(Sampler):\n    def seek(self, step):\n        super().seek(step + 1)",
+    "class SM(Sampler):\n    def next(self):\n        return super().next() + 1\nclass SS(SM):\n    pass",
+    "class SM(Sampler):\n    def next(self):\n        return super().next() + 1\nclass SS(SM):\n    def __next__(self):\n        return 'n'",
+]
+SAMPLER_SUB_OPS = ["next(S)", "S.next()", "next(iter(S))", "list(zip(range(3), S))", "S.seek(2)\nnext(S)",
+                   "[b for b, _ in zip(S, range(2))]", "type(S).__name__", "isinstance(S, Sampler)",
+                   "import itertools\nlist(itertools.islice(S, 2))"]
+
+
 def gen_protocol(rng, pid):
     """Python protocols on a small store (iteration, `in`, reversed, bool,
     np.asarray, repr, hash, weakref, dir, ==), the same on it once closed
@@ -1745,6 +1776,31 @@ def gen_protocol(rng, pid):
     the reference)."""
     steps = [f"import copy\nREF_NAMES = {REF_NAMES!r}"]
     which = rng.random()
+    if which < 0.15:
+        # a subclass of a store
+        kind = rng.choice(["d", "r"])
+        dtcode = rng.choice(TINY_DTS)
+        shape = rng.choice(TINY_SHAPES)
+        n = rng.choice([1, 3, 6])
+        steps.append(f"K = {'DenseStore' if kind == 'd' else 'RaggedStore'}\n" + rng.choice(STORE_SUBS))
+        if kind == "d":
+            steps.append(f"X = Sub('s', {dtcode}, {tuple(shape)!r})\nX.append({mk_expr(dtcode, n, shape, pid, 256)})")
+        else:
+            steps.append(f"X = Sub('s', {dtcode})\nX.append([mk({dtcode}, 1, (i % 3 + 1,) * (i % 3), i + {pid}, 256)[0] for i in range({n})])")
+        for _ in range(rint(rng, 4, 10)):
+            steps.append(rng.choice(SUB_OPS))
+        if rng.random() < 0.5:
+            steps.append("X.close()\nX = Sub('s')\n(len(X), X[0], type(X).__name__)")
+            for _ in range(rint(rng, 1, 4)):
+                steps.append(rng.choice(SUB_OPS))
+        return steps
+    if which < 0.25:
+        # a subclass of the sampler (sequential: values compared)
+        steps.append(rng.choice(SAMPLER_SUBS))
+        steps.append(f"S = SS({rng.choice([3, 5, 10])}, {rng.choice([1, 2, 3])}, 0, {rng.randint(0, 9)})")
+        for _ in range(rint(rng, 3, 9)):
+            steps.append(rng.choice(SAMPLER_SUB_OPS))
+        return steps
     if which < 0.6:
         sst, kind, dtcode, shape, n = _store_setup(rng, pid, dtcode=rng.choice(TINY_DTS))
         steps += sst
