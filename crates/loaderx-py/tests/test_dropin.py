@@ -300,3 +300,58 @@ def test_one_transform_worker_sees_the_batches_in_step_order():
         got = [int(next(loader)["a"][0, 0]) for _ in range(6)]
     assert got == [0, 2, 4, 6, 8, 10]
     assert seen[:6] == [0, 2, 4, 6, 8, 10]
+
+
+def test_a_subclass_getitems_override_serves_one_integer_index():
+    """loaderx 1.7.2 reads ``ds[i]`` as ``self.__getitems__([i])[0]``, so a
+    subclass that overrides ``__getitems__`` (a wrapper decoding or
+    augmenting records) sees its override for one integer index, and so in
+    iteration, too. Ours read one record on a path of its own and returned
+    the stored record (difftest session 15)."""
+
+    class Doubled(DenseStore):
+        def __getitems__(self, idxs):
+            return super().__getitems__(idxs) * 2
+
+    class Shifted(RaggedStore):
+        def __getitems__(self, idxs):
+            return [r + 1 for r in super().__getitems__(idxs)]
+
+    class Deeper(Doubled):  # inherits the override
+        pass
+
+    with Doubled("d", np.int16, (2,)) as ds:
+        ds.append(np.arange(6, dtype=np.int16).reshape(3, 2))
+        np.testing.assert_array_equal(ds[1], [4, 6])
+        np.testing.assert_array_equal(ds[-1], [8, 10])
+        np.testing.assert_array_equal(ds[np.int64(0)], [0, 2])
+        np.testing.assert_array_equal(ds[[0, 2]], [[0, 2], [8, 10]])
+        np.testing.assert_array_equal(next(iter(ds)), [0, 2])
+    with Deeper("d") as ds:
+        np.testing.assert_array_equal(ds[2], [8, 10])
+    with Shifted("r", np.int16) as rs:
+        rs.append([np.arange(3, dtype=np.int16), np.zeros((1, 2), np.int16)])
+        np.testing.assert_array_equal(rs[0], [1, 2, 3])
+        np.testing.assert_array_equal(rs[-1], [[1, 1]])
+    with DenseStore("d") as ds:  # the class itself reads what is stored
+        np.testing.assert_array_equal(ds[1], [2, 3])
+
+
+def test_a_sampler_subclass_next_override_is_what_iteration_returns():
+    """loaderx 1.7.2's ``Sampler.__next__`` returns ``self.next()``: a
+    subclass overriding ``next`` is iterated through it. Ours iterated the
+    native stream, skipping the override (difftest session 15)."""
+
+    class Shifted(Sampler):
+        def next(self):
+            return super().next() + 10
+
+    class Deeper(Shifted):
+        pass
+
+    s = Shifted(6, 2, 0)
+    assert next(s).tolist() == [10, 11]
+    assert next(iter(s)).tolist() == [12, 13]
+    assert s.next().tolist() == [14, 15]
+    assert [b.tolist() for b, _ in zip(Deeper(6, 2, 0), range(2))] == [[10, 11], [12, 13]]
+    assert next(Sampler(6, 2, 0)).tolist() == [0, 1]

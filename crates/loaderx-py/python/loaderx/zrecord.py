@@ -292,6 +292,25 @@ class _Base:
     """Type identity, index normalization and lifecycle common to both kinds."""
 
     _handle = None
+    # Whether a subclass overrides ``__getitems__`` (set per class below).
+    _own_getitems = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # loaderx 1.7.2 reads one integer index as
+        # ``self.__getitems__([i])[0]``, so a subclass that overrides
+        # ``__getitems__`` (a wrapper that decodes or augments records)
+        # gets ``ds[i]``, and iteration, through its override too. Ours
+        # reads one record on a faster path of its own; a class whose
+        # ``__getitems__`` is not this module's keeps the reference's
+        # route. Found by the differential test (session 15).
+        for c in cls.__mro__:
+            if c.__module__ == __name__:
+                cls._own_getitems = False
+                break
+            if "__getitems__" in vars(c):
+                cls._own_getitems = True
+                break
 
     @property
     def _core(self):
@@ -597,7 +616,10 @@ class _Base:
         ``ds[0, 5, 2]``, a list, an array, a slice or a bool mask — with
         negative indices wrapping from the end."""
         if _is_int_index(idx):
-            return self._get_one(self._one(idx))
+            j = self._one(idx)
+            if self._own_getitems:
+                return self.__getitems__(np.array([j], dtype=np.uint64))[0]
+            return self._get_one(j)
         return self.__getitems__(idx)
 
     # -- maintenance --------------------------------------------------------

@@ -231,6 +231,25 @@ def iarr(n, seed, k, dt="i8", form="1d", neg=True, oob=0):
     return layout(v.astype(dt), form, seed)
 
 
+def rdig(v):
+    """A short digest of a read (a list of records, an array, None):
+    (kind, count, sha of every record's dtype, shape and bytes). Programs
+    with thousands of ragged records compare this instead of one encoding
+    per record."""
+    if v is None:
+        return None
+    h = hashlib.sha1()
+    if isinstance(v, np.ndarray):
+        h.update(f"{v.dtype.str}{v.shape}".encode())
+        h.update(canon_bytes(v))
+        return ("nd", str(v.dtype), list(v.shape), h.hexdigest()[:16])
+    for x in v:
+        x = np.asarray(x)
+        h.update(f"{x.dtype.str}{x.shape}|".encode())
+        h.update(canon_bytes(x))
+    return (type(v).__name__, len(v), h.hexdigest()[:16])
+
+
 def split_step(code):
     """(statements, final expression) of a step, compiled: a step whose last
     statement is an expression has that expression's value recorded, on
@@ -263,7 +282,8 @@ def main():
                 ZrecordError=ZrecordError, DICT_TIERS=DICT_TIERS, Sampler=Sampler,
                 DataLoader=DataLoader, train_dict=train_dict, loaderx=loaderx,
                 zrecord=zrecord, enc=enc, mk=mk, dirprint=dirprint, os=os,
-                layout=layout, bmask=bmask, iarr=iarr, copy=copy)
+                layout=layout, bmask=bmask, iarr=iarr, copy=copy,
+                rdig=rdig)
     for prog in progs[start:]:
         os.makedirs(prog["dir"], exist_ok=True)
         os.chdir(prog["dir"])
