@@ -969,8 +969,8 @@ impl Engine {
             Some(Intent::Move { .. }) if read_only => {
                 return Err(Error::RecoveryNeeded { path: dir });
             }
-            Some(Intent::Move { index, loc, .. }) => {
-                overlay.insert(*index, *loc);
+            Some(Intent::Move { moves, .. }) => {
+                overlay.extend(moves.iter().copied());
             }
             None => {}
         }

@@ -1,7 +1,8 @@
 //! The intent file `intent.zr`: makes multi-write operations atomic.
 //!
 //! Before an operation that must rewrite bytes in place (a delete's swapped
-//! loc entries, a compaction move whose destination overlaps its own source)
+//! loc entries, a compaction move whose destination overlaps the sources of
+//! its records, or lies so close below them that batches would be tiny)
 //! the engine writes its whole effect here, fsyncs it and the directory, then
 //! applies it, fsyncs the touched files, removes the intent and fsyncs the
 //! directory. An intent that exists on open is replayed (it is idempotent);
@@ -9,12 +10,16 @@
 //! never started and it is discarded. The reference ignores unknown files.
 //!
 //! Layout (little-endian): magic `ZINT` u32, version u8 (1), kind u8 (1
-//! delete, 2 move), 2 zero bytes, body length u64, body, FNV-1a 64 of all
-//! preceding bytes.
+//! delete, 2 move of one record, 3 move of records), 2 zero bytes, body
+//! length u64, body, FNV-1a 64 of all preceding bytes.
 //! - delete body: the new `meta.zr` (32 bytes), then per changed entry the
 //!   record index u64 and the 16-byte entry.
-//! - move body: record index u64, the new 16-byte entry, the record's stored
-//!   bytes (`phys_length` of them).
+//! - move body (kind 2, read only; written by earlier builds): record index
+//!   u64, the new 16-byte entry, the record's stored bytes (`phys_length` of
+//!   them).
+//! - moves body (kind 3): record count u64, then per record its index u64
+//!   and new 16-byte entry, then the records' stored bytes back to back in
+//!   that order (`phys_length` each).
 
 use crate::format::{Header, LOC_SIZE, Loc, META_SIZE};
 
@@ -34,13 +39,12 @@ pub enum Intent {
         /// (record index, new entry).
         entries: Vec<(u64, Loc)>,
     },
-    /// Stored bytes to place, then the record's entry.
+    /// Stored bytes to place, then the records' entries.
     Move {
-        /// The record.
-        index: u64,
-        /// Its new entry (chunk and offset to write `bytes` at).
-        loc: Loc,
-        /// The stored bytes.
+        /// The records and their new entries (chunk and offset to write
+        /// each one's bytes at).
+        moves: Vec<(u64, Loc)>,
+        /// The records' stored bytes, back to back in the order of `moves`.
         bytes: Vec<u8>,
     },
 }
@@ -67,11 +71,15 @@ impl Intent {
                 }
                 1u8
             }
-            Intent::Move { index, loc, bytes } => {
-                body.extend_from_slice(&index.to_le_bytes());
-                body.extend_from_slice(&loc.encode());
+            Intent::Move { moves, bytes } => {
+                body.reserve(8 + moves.len() * (8 + LOC_SIZE) + bytes.len());
+                body.extend_from_slice(&(moves.len() as u64).to_le_bytes());
+                for (i, l) in moves {
+                    body.extend_from_slice(&i.to_le_bytes());
+                    body.extend_from_slice(&l.encode());
+                }
                 body.extend_from_slice(bytes);
-                2u8
+                3u8
             }
         };
         let mut out = Vec::with_capacity(PREFIX + body.len() + 8);
@@ -132,7 +140,31 @@ impl Intent {
                 if bytes.len() as u64 != u64::from(loc.phys_length) {
                     return None;
                 }
-                Some(Intent::Move { index, loc, bytes })
+                Some(Intent::Move {
+                    moves: vec![(index, loc)],
+                    bytes,
+                })
+            }
+            3 => {
+                let count =
+                    usize::try_from(u64::from_le_bytes(body.get(..8)?.try_into().ok()?)).ok()?;
+                let table_len = count.checked_mul(8 + LOC_SIZE)?;
+                let table = body.get(8..8usize.checked_add(table_len)?)?;
+                let moves: Vec<(u64, Loc)> = table
+                    .chunks_exact(8 + LOC_SIZE)
+                    .map(|e| {
+                        let i = u64::from_le_bytes(e[..8].try_into().expect("8 bytes"));
+                        (i, Loc::decode(e[8..].try_into().expect("16 bytes")))
+                    })
+                    .collect();
+                let bytes = body[8 + table_len..].to_vec();
+                let want = moves
+                    .iter()
+                    .try_fold(0u64, |a, (_, l)| a.checked_add(u64::from(l.phys_length)))?;
+                if moves.is_empty() || bytes.len() as u64 != want {
+                    return None;
+                }
+                Some(Intent::Move { moves, bytes })
             }
             _ => None,
         }
@@ -143,6 +175,58 @@ impl Intent {
 mod tests {
     use super::*;
     use crate::codec::Codec;
+
+    /// A one-record move intent as earlier builds wrote it (kind 2) still
+    /// replays; a kind 3 body whose bytes or count disagree is refused.
+    #[test]
+    fn reads_the_one_record_move_and_refuses_inconsistent_moves() {
+        let loc = Loc {
+            offset: 7,
+            phys_length: 3,
+            logic_length: 3,
+            chunk_id: 1,
+        };
+        let frame = |kind: u8, body: &[u8]| {
+            let mut out = MAGIC.to_le_bytes().to_vec();
+            out.extend_from_slice(&[VERSION, kind, 0, 0]);
+            out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+            out.extend_from_slice(body);
+            let h = fnv(&out);
+            out.extend_from_slice(&h.to_le_bytes());
+            out
+        };
+        let mut body = 5u64.to_le_bytes().to_vec();
+        body.extend_from_slice(&loc.encode());
+        body.extend_from_slice(&[7, 8, 9]);
+        assert_eq!(
+            Intent::decode(&frame(2, &body)),
+            Some(Intent::Move {
+                moves: vec![(5, loc)],
+                bytes: vec![7, 8, 9]
+            })
+        );
+        let moves = |count: u64, bytes: &[u8]| {
+            let mut b = count.to_le_bytes().to_vec();
+            b.extend_from_slice(&5u64.to_le_bytes());
+            b.extend_from_slice(&loc.encode());
+            b.extend_from_slice(bytes);
+            frame(3, &b)
+        };
+        assert!(Intent::decode(&moves(1, &[7, 8, 9])).is_some());
+        assert_eq!(Intent::decode(&moves(1, &[7, 8])), None, "bytes short");
+        assert_eq!(Intent::decode(&moves(1, &[7, 8, 9, 1])), None, "bytes long");
+        assert_eq!(
+            Intent::decode(&moves(2, &[7, 8, 9])),
+            None,
+            "count past the table"
+        );
+        assert_eq!(Intent::decode(&moves(0, &[])), None, "no record");
+        assert_eq!(
+            Intent::decode(&moves(u64::MAX, &[])),
+            None,
+            "count overflows"
+        );
+    }
 
     #[test]
     fn round_trips_and_rejects_any_damage() {
@@ -164,9 +248,22 @@ mod tests {
                 entries: vec![(1, loc), (2, loc)],
             },
             Intent::Move {
-                index: 3,
-                loc,
+                moves: vec![(3, loc)],
                 bytes: vec![1, 2, 3],
+            },
+            Intent::Move {
+                moves: vec![
+                    (3, loc),
+                    (
+                        9,
+                        Loc {
+                            offset: 10,
+                            phys_length: 2,
+                            ..loc
+                        },
+                    ),
+                ],
+                bytes: vec![1, 2, 3, 4, 5],
             },
         ] {
             let b = it.encode();

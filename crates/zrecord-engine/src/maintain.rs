@@ -204,6 +204,9 @@ impl Engine {
         // Packed end of every chunk before the final one.
         let mut packed_ends: Vec<u64> = Vec::new();
         let mut b = Batch::default();
+        // A 64th of the chunk capacity in small test layouts, so that their
+        // compactions take both ways.
+        let intent_shift = (cap / 64).min(INTENT_SHIFT);
         // Commits the batch: its chunks' bytes durable, then its entries.
         let flush = |st: &crate::engine::State, b: &mut Batch| -> Result<()> {
             for &c in b.dirty.iter() {
@@ -301,6 +304,33 @@ impl Engine {
             if b.pending.overlaps(dst_chunk, dst_start, dst_end) {
                 flush(st, b)?;
             }
+            if b.run.intent {
+                // Bytes and entries in `intent.zr` first: the destinations
+                // may overwrite the run's own sources, and a crash replays
+                // the intent.
+                let moves: Vec<(u64, Loc)> =
+                    b.run.items.iter().map(|&(i, _, new)| (i, new)).collect();
+                let it = Intent::Move {
+                    moves,
+                    bytes: b.buf[..w].to_vec(),
+                };
+                write_intent_file(&*vfs, &dir, &it).map_err(poison)?;
+                if let Intent::Move { moves, bytes } = &it {
+                    place_moves(st, &dir, seg, moves, bytes, &poison)?;
+                }
+                let p = dir.join(INTENT_FILE);
+                vfs.remove(&p)
+                    .map_err(|e| poison(Error::io(&p, "remove", e)))?;
+                vfs.sync_dir(&dir)
+                    .map_err(|e| poison(Error::io(&dir, "sync directory", e)))?;
+                for &(i, _, new) in &b.run.items {
+                    st.table.to_mut()[i as usize] = new;
+                }
+                let end = &mut st.chunk_ends[dst_chunk as usize];
+                *end = (*end).max(dst_end);
+                b.run.items.clear();
+                return Ok(());
+            }
             let dst = &st.chunks[dst_chunk as usize];
             dst.file
                 .write_at(&b.buf[..w], dst_start)
@@ -355,49 +385,19 @@ impl Engine {
                     chunk_id: c,
                     ..loc
                 };
-                if c == loc.chunk_id && o + phys > u64::from(loc.offset) {
-                    // The destination overwrites the record's own durable
-                    // bytes: it moves alone, through an intent (bytes + new
-                    // entry).
+                // Through an intent when the destination overlaps the
+                // record's own bytes, or lies so close below them that
+                // batches (each ending where a destination reaches a
+                // pending source) would be tiny: fsync rounds of a batch per
+                // few records after deleting one small record.
+                let via_intent = c == loc.chunk_id
+                    && (o + phys > u64::from(loc.offset)
+                        || u64::from(loc.offset) - o < intent_shift);
+                if !b.run.extends(loc, new, via_intent) {
                     exec(st, &mut b)?;
-                    b.buf.resize(phys as usize, 0);
-                    let src = &st.chunks[loc.chunk_id as usize];
-                    src.file
-                        .read_at(&mut b.buf, u64::from(loc.offset))
-                        .map_err(|e| poison(Error::io(&src.path, "read", e)))?;
-                    if b.pending.overlaps(c, o, o + phys) {
-                        flush(st, &mut b)?;
-                    }
-                    let dst = &st.chunks[c as usize];
-                    let h = &st.locs[(i / seg) as usize];
-                    let it = Intent::Move {
-                        index: i,
-                        loc: new,
-                        bytes: b.buf.clone(),
-                    };
-                    write_intent_file(&*vfs, &dir, &it).map_err(poison)?;
-                    dst.file
-                        .write_at(&b.buf, o)
-                        .and_then(|_| dst.file.sync())
-                        .map_err(|e| poison(Error::io(&dst.path, "write", e)))?;
-                    h.file
-                        .write_at(&new.encode(), (i % seg) * LOC_SIZE as u64)
-                        .and_then(|_| h.file.sync())
-                        .map_err(|e| poison(Error::io(&h.path, "write", e)))?;
-                    let p = dir.join(INTENT_FILE);
-                    vfs.remove(&p)
-                        .map_err(|e| poison(Error::io(&p, "remove", e)))?;
-                    vfs.sync_dir(&dir)
-                        .map_err(|e| poison(Error::io(&dir, "sync directory", e)))?;
-                    st.table.to_mut()[i as usize] = new;
-                    let end = &mut st.chunk_ends[c as usize];
-                    *end = (*end).max(o + phys);
-                } else {
-                    if !b.run.extends(loc, new) {
-                        exec(st, &mut b)?;
-                    }
-                    b.run.push(i, loc, new);
+                    b.run.intent = via_intent;
                 }
+                b.run.push(i, loc, new);
                 moves += 1;
             }
             while (packed_ends.len() as u32) < c {
@@ -506,15 +506,24 @@ const HOLE_READ: u64 = 64 << 10;
 /// Most records in one run (4 MiB of 1-byte records would be 4 M).
 const RUN_RECORDS: usize = 1 << 16;
 
+/// Below this distance between a record's bytes and its destination in the
+/// same chunk (or a 64th of the chunk capacity, if less), it moves through
+/// an intent: a batch per few records would cost more fsyncs than an
+/// intent per `RUN_SPAN`.
+const INTENT_SHIFT: u64 = 1 << 20;
+
 /// Records of a compaction that move as one: sources ascending in one
 /// chunk (holes of deleted bytes between them allowed), destinations back
-/// to back in one chunk, none over a source of the run (they are all
-/// pending until the batch is durable). `(index, old entry, new entry)`.
+/// to back in one chunk. Either batched, none over a source of the run
+/// (they are all pending until the batch is durable), or through an
+/// intent that holds their bytes. `(index, old entry, new entry)`.
 #[derive(Debug, Default)]
 struct Run {
     items: Vec<(u64, Loc, Loc)>,
     /// End of the last source.
     src_end: u64,
+    /// Moves through an intent.
+    intent: bool,
 }
 
 /// The current batch of a compaction. A destination never overlaps a
@@ -543,20 +552,23 @@ impl Run {
         self.src_end = old.end();
     }
 
-    /// Whether the move `old -> new` (not onto its own bytes) can join.
-    fn extends(&self, old: Loc, new: Loc) -> bool {
+    /// Whether the move `old -> new` can join (`intent`: it must go through
+    /// an intent, as it would alone; a batched move is not onto its own
+    /// bytes).
+    fn extends(&self, old: Loc, new: Loc, intent: bool) -> bool {
         let (Some(&(_, first, first_new)), Some(&(_, _, last_new))) =
             (self.items.first(), self.items.last())
         else {
             return false;
         };
         let new_end = new.end();
-        self.items.len() < RUN_RECORDS
+        self.intent == intent
+            && self.items.len() < RUN_RECORDS
             && old.chunk_id == first.chunk_id
             && new.chunk_id == first_new.chunk_id
             && u64::from(new.offset) == last_new.end()
             && old.end() - u64::from(first.offset) <= RUN_SPAN
-            && (new.chunk_id != old.chunk_id || new_end <= u64::from(first.offset))
+            && (intent || new.chunk_id != old.chunk_id || new_end <= u64::from(first.offset))
     }
 }
 
@@ -625,61 +637,14 @@ impl Engine {
     pub(crate) fn apply_intent(&self, it: &Intent) -> Result<()> {
         let st = self.read_state();
         let seg = self.cfg.loc_segment_entries;
-        let io = |h: &crate::engine::Handle, op: &'static str, r: std::io::Result<()>| {
-            r.map_err(|e| self.poison(Error::io(&h.path, op, e)))
-        };
-        let seg_of = |i: u64| -> Result<&crate::engine::Handle> {
-            st.locs
-                .get((i / seg) as usize)
-                .map(|h| &**h)
-                .ok_or_else(|| Error::corrupted(self.loc_path(i), "intent names a missing segment"))
-        };
+        let poison = |e: Error| self.poison(e);
         match it {
             Intent::Delete { header, entries } => {
-                // One write per run of consecutive slots in a segment (a
-                // deleted range takes the tail's entries back to back).
-                let mut touched = BTreeSet::new();
-                let mut run: Vec<u8> = Vec::new();
-                let mut rest = &entries[..];
-                while let Some(&(first, _)) = rest.first() {
-                    let len = rest
-                        .iter()
-                        .zip(first..)
-                        .take_while(|&(&(i, _), want)| i == want && i / seg == first / seg)
-                        .count();
-                    run.clear();
-                    for (_, l) in &rest[..len] {
-                        run.extend_from_slice(&l.encode());
-                    }
-                    let h = seg_of(first)?;
-                    io(
-                        h,
-                        "write",
-                        h.file.write_at(&run, (first % seg) * LOC_SIZE as u64),
-                    )?;
-                    touched.insert(first / seg);
-                    rest = &rest[len..];
-                }
-                for s in touched {
-                    let h = &st.locs[s as usize];
-                    io(h, "sync", h.file.sync())?;
-                }
+                write_entries(&st, &self.dir, seg, entries, &poison)?;
                 self.write_header(header)?;
             }
-            Intent::Move { index, loc, bytes } => {
-                let c = st.chunks.get(loc.chunk_id as usize).ok_or_else(|| {
-                    Error::corrupted(self.loc_path(*index), "intent names a missing chunk")
-                })?;
-                io(c, "write", c.file.write_at(bytes, u64::from(loc.offset)))?;
-                io(c, "sync", c.file.sync())?;
-                let h = seg_of(*index)?;
-                io(
-                    h,
-                    "write",
-                    h.file
-                        .write_at(&loc.encode(), (index % seg) * LOC_SIZE as u64),
-                )?;
-                io(h, "sync", h.file.sync())?;
+            Intent::Move { moves, bytes } => {
+                place_moves(&st, &self.dir, seg, moves, bytes, &poison)?;
             }
         }
         self.meta
@@ -687,6 +652,101 @@ impl Engine {
             .sync()
             .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))
     }
+}
+
+/// Writes `entries` (record index, entry) to their loc segments in order (a
+/// later entry for a slot wins), one write per run of consecutive slots in a
+/// segment (a deleted range takes the tail's entries back to back), then
+/// fsyncs the segments written.
+fn write_entries(
+    st: &crate::engine::State,
+    dir: &std::path::Path,
+    seg: u64,
+    entries: &[(u64, Loc)],
+    poison: &dyn Fn(Error) -> Error,
+) -> Result<()> {
+    let mut touched = BTreeSet::new();
+    let mut run: Vec<u8> = Vec::new();
+    let mut rest = entries;
+    while let Some(&(first, _)) = rest.first() {
+        let len = rest
+            .iter()
+            .zip(first..)
+            .take_while(|&(&(i, _), want)| i == want && i / seg == first / seg)
+            .count();
+        run.clear();
+        for (_, l) in &rest[..len] {
+            run.extend_from_slice(&l.encode());
+        }
+        let h = st.locs.get((first / seg) as usize).ok_or_else(|| {
+            Error::corrupted(
+                dir.join(format::loc_name(first / seg)),
+                "intent names a missing segment",
+            )
+        })?;
+        h.file
+            .write_at(&run, (first % seg) * LOC_SIZE as u64)
+            .map_err(|e| poison(Error::io(&h.path, "write", e)))?;
+        touched.insert(first / seg);
+        rest = &rest[len..];
+    }
+    for s in touched {
+        let h = &st.locs[s as usize];
+        h.file
+            .sync()
+            .map_err(|e| poison(Error::io(&h.path, "sync", e)))?;
+    }
+    Ok(())
+}
+
+/// Places moved records: `bytes` holds their stored bytes back to back in
+/// the order of `moves`, written one write per stretch of destinations
+/// back to back in one chunk; the chunks are fsynced, then the entries
+/// written and fsynced (`write_entries`).
+fn place_moves(
+    st: &crate::engine::State,
+    dir: &std::path::Path,
+    seg: u64,
+    moves: &[(u64, Loc)],
+    bytes: &[u8],
+    poison: &dyn Fn(Error) -> Error,
+) -> Result<()> {
+    let mut touched = BTreeSet::new();
+    let (mut at, mut k) = (0usize, 0usize);
+    while k < moves.len() {
+        let (index, first) = moves[k];
+        let c = st.chunks.get(first.chunk_id as usize).ok_or_else(|| {
+            Error::corrupted(
+                dir.join(format::loc_name(index / seg)),
+                "intent names a missing chunk",
+            )
+        })?;
+        let (mut end, mut n) = (first.end(), first.phys_length as usize);
+        k += 1;
+        while let Some(&(_, l)) = moves.get(k)
+            && l.chunk_id == first.chunk_id
+            && u64::from(l.offset) == end
+        {
+            end = l.end();
+            n += l.phys_length as usize;
+            k += 1;
+        }
+        let src = bytes.get(at..at + n).ok_or_else(|| {
+            Error::corrupted(dir.join(INTENT_FILE), "moves name more bytes than it holds")
+        })?;
+        c.file
+            .write_at(src, u64::from(first.offset))
+            .map_err(|e| poison(Error::io(&c.path, "write", e)))?;
+        touched.insert(first.chunk_id as usize);
+        at += n;
+    }
+    for c in touched {
+        let h = &st.chunks[c];
+        h.file
+            .sync()
+            .map_err(|e| poison(Error::io(&h.path, "sync", e)))?;
+    }
+    write_entries(st, dir, seg, moves, poison)
 }
 
 /// Writes `intent.zr` and makes it and its directory entry durable.
@@ -723,42 +783,55 @@ mod tests {
     #[test]
     fn a_run_takes_only_moves_that_cannot_overwrite_its_sources() {
         let mut run = Run::default();
-        assert!(!run.extends(loc(0, 100, 10), loc(0, 0, 10)), "empty run");
+        assert!(
+            !run.extends(loc(0, 100, 10), loc(0, 0, 10), false),
+            "empty run"
+        );
         run.items.push((7, loc(0, 100, 10), loc(0, 0, 10)));
         run.src_end = 110;
         // Adjacent source, adjacent destination, below the first source.
-        assert!(run.extends(loc(0, 110, 10), loc(0, 10, 10)));
+        assert!(run.extends(loc(0, 110, 10), loc(0, 10, 10), false));
         // A hole of deleted bytes between the sources.
-        assert!(run.extends(loc(0, 150, 40), loc(0, 10, 40)));
+        assert!(run.extends(loc(0, 150, 40), loc(0, 10, 40), false));
         // Ending exactly at the first source; one byte over it.
-        assert!(run.extends(loc(0, 150, 90), loc(0, 10, 90)));
-        assert!(!run.extends(loc(0, 150, 91), loc(0, 10, 91)));
+        assert!(run.extends(loc(0, 150, 90), loc(0, 10, 90), false));
+        assert!(!run.extends(loc(0, 150, 91), loc(0, 10, 91), false));
         // A gap in the destinations, or another destination chunk.
-        assert!(!run.extends(loc(0, 110, 10), loc(0, 11, 10)));
-        assert!(!run.extends(loc(0, 110, 10), loc(1, 10, 10)));
+        assert!(!run.extends(loc(0, 110, 10), loc(0, 11, 10), false));
+        assert!(!run.extends(loc(0, 110, 10), loc(1, 10, 10), false));
         // Another source chunk.
-        assert!(!run.extends(loc(1, 0, 10), loc(0, 10, 10)));
+        assert!(!run.extends(loc(1, 0, 10), loc(0, 10, 10), false));
         // Into an earlier chunk, the destinations never meet the sources.
         let mut across = Run::default();
         across.items.push((1, loc(1, 0, 50), loc(0, 900, 50)));
         across.src_end = 50;
-        assert!(across.extends(loc(1, 50, 500), loc(0, 950, 500)));
+        assert!(across.extends(loc(1, 50, 500), loc(0, 950, 500), false));
         // The span read at once is bounded.
         let span = RUN_SPAN as u32;
         let mut big = Run::default();
         big.items.push((1, loc(0, span, 10), loc(0, 0, 10)));
         big.src_end = u64::from(span) + 10;
-        assert!(big.extends(loc(0, 2 * span - 10, 10), loc(0, 10, 10)));
-        assert!(!big.extends(loc(0, 2 * span - 9, 10), loc(0, 10, 10)));
+        assert!(big.extends(loc(0, 2 * span - 10, 10), loc(0, 10, 10), false));
+        assert!(!big.extends(loc(0, 2 * span - 9, 10), loc(0, 10, 10), false));
         // So is the number of records in it.
         let mut many = Run::default();
         many.items.push((0, loc(0, 100, 0), loc(0, 0, 0)));
         many.src_end = 100;
         while many.items.len() < RUN_RECORDS {
-            assert!(many.extends(loc(0, 100, 0), loc(0, 0, 0)));
+            assert!(many.extends(loc(0, 100, 0), loc(0, 0, 0), false));
             many.items.push((0, loc(0, 100, 0), loc(0, 0, 0)));
         }
-        assert!(!many.extends(loc(0, 100, 0), loc(0, 0, 0)));
+        assert!(!many.extends(loc(0, 100, 0), loc(0, 0, 0), false));
+        // Through an intent, a destination may cover the run's sources
+        // (the intent holds the bytes); the two kinds never mix.
+        let mut via = Run {
+            intent: true,
+            ..Run::default()
+        };
+        via.push(3, loc(0, 100, 10), loc(0, 95, 10));
+        assert!(via.extends(loc(0, 110, 40), loc(0, 105, 40), true));
+        assert!(!via.extends(loc(0, 110, 40), loc(0, 105, 40), false));
+        assert!(!run.extends(loc(0, 110, 10), loc(0, 10, 10), true));
     }
 
     /// A delete intent replayed at open is applied in its order, the last

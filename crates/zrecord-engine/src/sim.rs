@@ -62,6 +62,8 @@ struct State {
     /// Those of `dirs` whose parent has not been synced since, oldest first.
     mkdir_log: Vec<PathBuf>,
     calls: u64,
+    /// File and directory syncs made.
+    syncs: u64,
     /// First failing call and how many fail.
     fail_at: Option<(u64, u64)>,
     record: bool,
@@ -280,6 +282,11 @@ impl SimVfs {
         self.lock().calls
     }
 
+    /// File and directory syncs made so far (failed ones too).
+    pub fn syncs(&self) -> u64 {
+        self.lock().syncs
+    }
+
     /// Starts or stops recording a snapshot before every mutating call.
     pub fn record(&self, on: bool) {
         self.lock().record = on;
@@ -458,6 +465,7 @@ impl StorageFile for SimFile {
 
     fn sync(&self) -> io::Result<()> {
         let mut s = self.vfs.lock();
+        s.syncs += 1;
         let r = enter(&mut s, true);
         let n = &mut s.nodes[self.node];
         if r.is_err() {
@@ -629,6 +637,7 @@ impl Vfs for SimVfs {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut s = self.lock();
+        s.syncs += 1;
         enter(&mut s, true)?;
         // Every file entry (a simplification: tests sync the one directory
         // they use), and the directories made in this one.

@@ -328,9 +328,11 @@ fn scripted_edge_cases_survive_every_crash_point() {
 /// Compaction moves runs of records with one read and one write: many
 /// small records of mixed sizes, a block of deleted bytes at the front (a
 /// shift larger than the records after it, so runs grow long and span the
-/// holes of scattered deletes) and scattered deletes alone (a shift that
-/// starts at one record, so runs stay short until it grows). Every crash
-/// point of each must open to a committed state.
+/// holes of scattered deletes), scattered deletes alone (a shift that
+/// starts at one record, so runs stay short until it grows), and one small
+/// record deleted (a shift of a few bytes: runs through intents, the
+/// intent holding their bytes). Every crash point of each must open to a
+/// committed state.
 #[test]
 fn coalesced_compaction_moves_survive_every_crash_point() {
     let var = |n: usize, tag: u8| {
@@ -350,6 +352,11 @@ fn coalesced_compaction_moves_survive_every_crash_point() {
         var(60, 130),
         // Scattered only: the shift starts at one record's size.
         Op::Delete((0..100).step_by(5).collect(), 1),
+        Op::Compact,
+        // One small record near the start: every record after it moves by
+        // a few bytes, through intents that carry runs of records.
+        var(90, 40),
+        Op::Delete(vec![2], 1),
         Op::Compact,
     ];
     for codec in [Codec::Raw, Codec::Zstd] {
