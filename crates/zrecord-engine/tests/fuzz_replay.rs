@@ -53,6 +53,40 @@ fn valid_image(codec: Codec, killed: bool) -> Vec<u8> {
     fuzzing::encode_image(&v, dir)
 }
 
+/// A store whose compaction stopped (an I/O call failed) with a durable
+/// `intent.zr` of kind 3 (a run of moved records), encoded as a
+/// `store_open` input: an open must replay it.
+fn pending_moves_image() -> Vec<u8> {
+    for k in 0.. {
+        let v = SimVfs::new();
+        let dir = Path::new("/s");
+        let cfg = EngineConfig {
+            vfs: Arc::new(v.clone()),
+            chunk_capacity: 4096,
+            loc_segment_entries: 8,
+            flush_bytes: 64,
+            read_path: ReadPath::Pread,
+        };
+        let mut e = Engine::create_with(dir, &CreateOptions::new(Codec::Zstd), cfg).unwrap();
+        // 16 records: the two loc segments an input can hold.
+        let recs: Vec<u8> = (0..160u32).map(|i| (i * 7 % 13) as u8).collect();
+        let offsets: Vec<usize> = (0..=16).map(|k| k * 10).collect();
+        e.append_var(&recs, &offsets).unwrap();
+        e.delete(&[1]).unwrap();
+        e.sync().unwrap();
+        v.fail_span(Some(k), u64::MAX / 2);
+        let done = e.compact().is_ok();
+        v.fail_span(None, 0);
+        std::mem::forget(e); // a failed compaction poisoned it; no drop-time sync
+        let intent = v.read_file(&dir.join("intent.zr"));
+        if intent.as_ref().is_some_and(|b| b.len() > 5 && b[5] == 3) {
+            return fuzzing::encode_image(&v, dir);
+        }
+        assert!(!done, "no I/O call of the compaction left a pending move");
+    }
+    unreachable!("the loop returns or fails")
+}
+
 fn maybe_write(target: &str, name: &str, data: &[u8]) {
     if std::env::var("ZRECORD_WRITE_FUZZ_SEEDS").is_ok() {
         std::fs::create_dir_all(seed_dir(target)).unwrap();
@@ -74,8 +108,14 @@ fn store_open_corpus_replays_without_panic() {
             "{codec:?}: the valid image must open"
         );
     }
+    let img = pending_moves_image();
+    maybe_write("store_open", "pending_moves.bin", &img);
+    assert!(
+        fuzzing::store_open(&img),
+        "the image with a pending move intent must open"
+    );
     let all = inputs("store_open");
-    assert!(all.len() >= 3);
+    assert!(all.len() >= 4);
     for data in &all {
         let _ = fuzzing::store_open(data);
         // And every single-byte flip of the seeds' first 200 bytes.
