@@ -383,6 +383,22 @@ fn open_options(read_only: bool, level: Option<i32>, durability: &str) -> PyResu
     })
 }
 
+/// A `verify` report as a dict: `ok`, `records` (the store's length),
+/// `decoded_bytes`, `bad` (a list of `(index, what)`), `problems`.
+fn verify_dict<'py>(
+    py: Python<'py>,
+    r: zrecord::VerifyReport,
+    records: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("ok", r.is_ok())?;
+    d.set_item("records", records)?;
+    d.set_item("decoded_bytes", r.decoded_bytes)?;
+    d.set_item("bad", r.bad)?;
+    d.set_item("problems", r.problems)?;
+    Ok(d)
+}
+
 fn stats_dict<'py>(py: Python<'py>, s: zrecord::Stats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("records", s.records)?;
@@ -735,6 +751,12 @@ impl PyDenseCore {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.with(py, |c| c.stats())?;
         stats_dict(py, s)
+    }
+
+    /// Checks the whole store with the GIL released (`verify_dict`).
+    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (r, n) = read_detached(py, &self.core, |c| c.verify().map(|r| (r, c.len())))?;
+        verify_dict(py, r, n)
     }
 
     /// Syncs deferred appends and drops the handle (releasing the store's
@@ -1111,6 +1133,12 @@ impl PyRaggedCore {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.with(py, |c| c.stats())?;
         stats_dict(py, s)
+    }
+
+    /// Checks the whole store with the GIL released (`verify_dict`).
+    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (r, n) = read_detached(py, &self.core, |c| c.verify().map(|r| (r, c.len())))?;
+        verify_dict(py, r, n)
     }
 
     /// Syncs deferred appends and drops the handle (releasing the store's

@@ -764,3 +764,39 @@ def test_boolean_mask_of_another_size_is_refused(kind):
             with pytest.raises(IndexError):
                 s.delete(mask)
         assert len(s) == 6
+
+
+def _garble(path, indices, ragged=False):
+    """Flips the bytes (past a zstd frame's magic) of records `indices`
+    (physical records in a one-chunk, one-segment store)."""
+    import os
+    locs = open(os.path.join(path, "0.loc"), "rb").read()
+    chunk = bytearray(open(os.path.join(path, "0.chunk"), "rb").read())
+    for i in indices:
+        e = locs[16 * i:16 * i + 16]
+        off = int.from_bytes(e[0:4], "little")
+        phys = int.from_bytes(e[4:8], "little")
+        for k in range(off + 4, off + phys):
+            chunk[k] ^= 0x5A
+    open(os.path.join(path, "0.chunk"), "wb").write(bytes(chunk))
+
+
+@ours_only
+def test_verify_names_damaged_records():
+    from loaderx.zrecord import StoreClosed
+    data = np.arange(20 * 64, dtype=np.int32).reshape(20, 64) % 7
+    with DenseStore("v", data.dtype, (64,), codec="zstd") as ds:
+        ds.append(data)
+        rep = ds.verify()
+        assert rep == {"ok": True, "records": 20, "decoded_bytes": data.nbytes,
+                       "bad": [], "problems": []}
+    _garble("v", [3, 12])
+    with DenseStore("v", read_only=True) as ds:
+        rep = ds.verify()
+        assert rep["ok"] is False and rep["problems"] == []
+        assert [i for i, _ in rep["bad"]] == [3, 12], rep
+        assert all("does not decode" in what for _, what in rep["bad"]), rep
+        # The other records still read.
+        np.testing.assert_array_equal(ds[[0, 19]], data[[0, 19]])
+    with pytest.raises(StoreClosed):
+        ds.verify()

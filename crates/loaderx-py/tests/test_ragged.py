@@ -309,3 +309,21 @@ def test_gather_and_gather_packed_read_every_record_exactly(dtype):
                 assert g.flags.aligned
                 _same_record(g, recs[k])
                 _same_record(values[offsets[j]:offsets[j + 1]].reshape(shapes[j]), recs[k])
+
+
+@ours_only
+def test_verify_names_damaged_records_by_logical_index():
+    from test_dense import _garble
+    rng = np.random.default_rng(5)
+    recs = [np.arange(int(n), dtype=np.int64) % 5 for n in rng.integers(20, 60, 12)]
+    with RaggedStore("rv", np.int64, codec="zstd") as rs:
+        rs.append(recs)
+        rep = rs.verify()
+        assert rep["ok"] and rep["records"] == 12 and rep["bad"] == []
+        assert rep["decoded_bytes"] >= sum(r.nbytes for r in recs)
+    _garble("rv", [2 * 7])  # record 7's payload
+    with RaggedStore("rv", read_only=True) as rs:
+        rep = rs.verify()
+        assert not rep["ok"]
+        assert {i for i, _ in rep["bad"]} == {7}, rep
+        assert any(what.startswith("payload") for _, what in rep["bad"]), rep

@@ -11,7 +11,8 @@ is imported from its layer, exactly as in the reference package:
 plus what the reference lacks: ``loaderx.io`` (a parallel ``loadtxt`` and
 ``.npy`` readers), read-only opening (``DenseStore(path, read_only=True)``),
 ``level=`` and ``durability=`` on the stores, ``DenseStore.gather_into`` and
-``RaggedStore.gather_packed``, ``Sampler.batch_at``, and on the loader
+``RaggedStore.gather_packed``, ``verify()`` on both stores,
+``Sampler.batch_at``, and on the loader
 sharding / exact resume (``DataLoader(..., rank=, world=, start_step=)``),
 ``allocate=`` (gather into memory you own, e.g. pinned tensors) and
 ``packed=`` (a ragged batch as one array + offsets).
