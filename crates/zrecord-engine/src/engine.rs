@@ -1168,6 +1168,11 @@ impl Engine {
                 done += take;
             }
         }
+        // A move is replayed below (a read-only open refused it above):
+        // its entries must be ones a compaction writes.
+        if let (Some(t), Some(Intent::Move { moves, .. })) = (&owned, &intent) {
+            crate::maintain::check_moves(moves, t, &intent_path)?;
+        }
         let table = match maps {
             Some(m) => Table::Mapped(MappedTable::new(
                 m,
