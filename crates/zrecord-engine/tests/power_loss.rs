@@ -367,6 +367,46 @@ fn coalesced_compaction_moves_survive_every_crash_point() {
     }
 }
 
+/// An intent run while the batch before it is not yet durable: record A
+/// moves into the room left in chunk 0 (batched: its source stays
+/// pending), B (no longer fitting chunk 0) moves to the start of chunk 1,
+/// a shift below the intent threshold, onto bytes short of A's source, so
+/// no flush comes first and the intent is written, applied and removed
+/// with A's bytes unsynced and its entry unwritten; C then lands on A's
+/// source (a flush first). Raw records sized to the byte: 8 KiB chunks,
+/// intent threshold 128 bytes.
+#[test]
+fn an_intent_run_behind_a_batch_not_yet_durable_survives_every_crash_point() {
+    let rec = |len: usize, tag: u8| -> Vec<u8> {
+        (0..len)
+            .map(|i| tag.wrapping_add((i % 251) as u8))
+            .collect()
+    };
+    // Chunk 0: r0 0..4000, r1 (deleted) ..4100, r2 ..8180. Chunk 1: r3
+    // (deleted) 0..60, A 60..115, B ..173, r6 (deleted) ..273, C ..323,
+    // r8 ..363. After r2's shift of 100 bytes, chunk 0 has room for A
+    // (55 bytes: 8080..8135) but not B (58); B moves 115 bytes down, onto
+    // 0..58 (A's source starts at 60).
+    let sizes = [4000, 100, 4080, 60, 55, 58, 100, 50, 40];
+    let ops = vec![
+        Op::Var(
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(k, &n)| rec(n, 11 * k as u8))
+                .collect(),
+        ),
+        Op::Sync,
+        Op::Delete(vec![1, 3, 6], 1),
+        Op::Compact,
+        Op::Var(vec![rec(30, 200)]),
+    ];
+    for durability in [Durability::EachAppend, Durability::AtSync] {
+        let c = check_ops(Codec::Raw, durability, true, ops.clone());
+        assert!(c.scenarios > 100, "{}", c.scenarios);
+    }
+}
+
 /// A power cut or kill at every I/O call of the open that replays a
 /// pending multi-record move intent, for every way a compaction can leave
 /// one: stopped by a failed I/O call at each point (a failed fsync of the
