@@ -942,7 +942,7 @@ impl Engine {
         // (in memory), and written back by a read-write handle.
         let intent_path = dir.join(INTENT_FILE);
         let has_intent = names.iter().any(|n| n == INTENT_FILE);
-        let intent = if has_intent {
+        let (intent, intent_file) = if has_intent {
             let f = open(&intent_path)?;
             let n = f.len().map_err(|e| Error::io(&intent_path, "stat", e))?;
             let n = usize::try_from(n)
@@ -950,9 +950,9 @@ impl Engine {
             let mut b = vec![0u8; n];
             f.read_at(&mut b, 0)
                 .map_err(|e| Error::io(&intent_path, "read", e))?;
-            Intent::decode(&b)
+            (Intent::decode(&b), Some((f, b)))
         } else {
-            None
+            (None, None)
         };
         let mut overlay: std::collections::BTreeMap<u64, Loc> = Default::default();
         match &intent {
@@ -1168,6 +1168,11 @@ impl Engine {
                 done += take;
             }
         }
+        // A move is replayed below (a read-only open refused it above):
+        // its entries must be ones a compaction writes.
+        if let (Some(t), Some(Intent::Move { moves, .. })) = (&owned, &intent) {
+            crate::maintain::check_moves(moves, t, &intent_path)?;
+        }
         let table = match maps {
             Some(m) => Table::Mapped(MappedTable::new(
                 m,
@@ -1218,7 +1223,21 @@ impl Engine {
                 engine.write_header(&header)?;
             }
             if has_intent {
-                if let Some(it) = &intent {
+                if let (Some(it), Some((f, b))) = (&intent, &intent_file) {
+                    // The intent read here may be in the page cache only (a
+                    // writer killed before its fsync, or whose fsync failed,
+                    // which leaves the pages reported clean): made durable
+                    // before the replay writes over the bytes it holds, or a
+                    // power cut mid-replay keeps those writes and loses the
+                    // intent. Its own bytes rewritten in place (a torn write
+                    // of the same bytes changes nothing; a truncation would
+                    // tear a durable intent), then fsynced with the
+                    // directory entry.
+                    f.write_at(b, 0)
+                        .and_then(|_| f.sync())
+                        .map_err(|e| Error::io(&intent_path, "write", e))?;
+                    vfs.sync_dir(&engine.dir)
+                        .map_err(|e| Error::io(&engine.dir, "sync directory", e))?;
                     engine.apply_intent(it)?;
                 }
                 engine.clear_intent()?;

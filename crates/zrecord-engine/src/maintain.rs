@@ -749,6 +749,64 @@ fn place_moves(
     write_entries(st, dir, seg, moves, poison)
 }
 
+/// Refuses a move intent that no compaction writes, before its replay
+/// writes anything (the open checked each of its entries against the
+/// committed chunk ends, but replay writes every entry's bytes): a record
+/// named twice (only its last entry was checked), two destinations that
+/// overlap, or a destination over bytes of a live record the intent does
+/// not move (whose bytes it does not hold). `table` holds every live entry,
+/// the intent's included; `path` is the intent's. O(live records x log
+/// moved records), paid only by an open that replays a move.
+pub(crate) fn check_moves(
+    moves: &[(u64, Loc)],
+    table: &[Loc],
+    path: &std::path::Path,
+) -> Result<()> {
+    let mut indices: Vec<u64> = moves.iter().map(|&(i, _)| i).collect();
+    indices.sort_unstable();
+    if let Some(w) = indices.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::corrupted(
+            path,
+            format!("the pending move names record {} twice", w[0]),
+        ));
+    }
+    // (chunk, start, end, record), disjoint once checked: ascending in
+    // (chunk, end) too.
+    let mut spans: Vec<(u32, u64, u64, u64)> = moves
+        .iter()
+        .map(|&(i, l)| (l.chunk_id, u64::from(l.offset), l.end(), i))
+        .collect();
+    spans.sort_unstable();
+    if let Some(w) = spans
+        .windows(2)
+        .find(|w| w[0].0 == w[1].0 && w[0].2 > w[1].1)
+    {
+        return Err(Error::corrupted(
+            path,
+            format!(
+                "the pending move puts records {} and {} on the same bytes of chunk {}",
+                w[0].3, w[1].3, w[0].0
+            ),
+        ));
+    }
+    for (l, i) in table.iter().zip(0u64..) {
+        // The first destination ending past this record's start is the
+        // only one that can overlap it.
+        let k = spans.partition_point(|&(c, _, e, _)| (c, e) <= (l.chunk_id, u64::from(l.offset)));
+        if let Some(&(c, s, _, j)) = spans.get(k)
+            && c == l.chunk_id
+            && s < l.end()
+            && j != i
+        {
+            return Err(Error::corrupted(
+                path,
+                format!("the pending move puts record {j} on bytes of record {i}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Writes `intent.zr` and makes it and its directory entry durable.
 fn write_intent_file(vfs: &dyn crate::vfs::Vfs, dir: &std::path::Path, it: &Intent) -> Result<()> {
     let p = dir.join(INTENT_FILE);
@@ -908,6 +966,88 @@ mod tests {
         let cut = v.snapshot().crash_image(0);
         let e = Engine::open_with(dir, OpenMode::ReadOnly, cfg(&cut)).unwrap();
         assert_eq!(firsts(&e), want, "the files after the replay");
+    }
+
+    /// A move intent with a valid checksum but entries no compaction
+    /// writes is refused at open before anything is written: a record named
+    /// twice (only the last entry was checked, but every entry's bytes were
+    /// written, one of them over record 9 or past the chunk's committed
+    /// end), a destination over another live record's bytes, two records
+    /// moved onto the same bytes, a missing chunk, a record past the length.
+    #[test]
+    fn a_hostile_move_intent_is_refused_before_it_writes() {
+        use crate::intent::Intent;
+        use crate::sim::SimVfs;
+        use crate::{Codec, CreateOptions, Engine, EngineConfig, Error, OpenMode, ReadPath};
+        use std::path::Path;
+        let cfg = |v: &SimVfs| EngineConfig {
+            vfs: std::sync::Arc::new(v.clone()),
+            chunk_capacity: 160,
+            loc_segment_entries: 4,
+            flush_bytes: 24,
+            read_path: ReadPath::Pread,
+        };
+        let dir = Path::new("/s");
+        let rec = |k: u8| vec![k; 10 + k as usize];
+        let v0 = SimVfs::new();
+        let e = Engine::create_with(dir, &CreateOptions::new(Codec::Raw), cfg(&v0)).unwrap();
+        // Records 0..10 of 10..19 bytes: chunk 0 holds bytes 0..145.
+        for k in 0..10u8 {
+            e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
+        }
+        e.close().unwrap();
+        let entry = |i: u64| {
+            let b = v0.read_file(&dir.join(format!("{}.loc", i / 4))).unwrap();
+            let at = (i % 4) as usize * 16;
+            Loc::decode(b[at..at + 16].try_into().unwrap())
+        };
+        let at = |l: Loc, offset: u32| Loc { offset, ..l };
+        let junk = |l: Loc| vec![0xEE; l.phys_length as usize];
+        let (e2, e3) = (entry(2), entry(3));
+        let cases: Vec<(&str, Vec<(u64, Loc)>)> = vec![
+            (
+                "record 2 twice, first over record 9",
+                vec![(2, at(e2, 130)), (2, e2)],
+            ),
+            (
+                "record 2 twice, first past the end",
+                vec![(2, at(e2, 4000)), (2, e2)],
+            ),
+            ("onto record 5's bytes", vec![(2, at(e2, entry(5).offset))]),
+            (
+                "two records onto the same bytes",
+                vec![(2, at(e2, e3.offset)), (3, e3)],
+            ),
+            ("a missing chunk", vec![(2, Loc { chunk_id: 3, ..e2 })]),
+            ("a record past the length", vec![(2, e2), (10, e3)]),
+        ];
+        for (what, moves) in cases {
+            let v = v0.fork();
+            let bytes: Vec<u8> = moves.iter().flat_map(|&(_, l)| junk(l)).collect();
+            let it = Intent::Move { moves, bytes };
+            super::write_intent_file(&v, dir, &it).unwrap();
+            let files = |v: &SimVfs| -> Vec<Option<Vec<u8>>> {
+                ["0.chunk", "0.loc", "1.loc", "2.loc", "meta.zr"]
+                    .iter()
+                    .map(|n| v.read_file(&dir.join(n)))
+                    .collect()
+            };
+            let before = files(&v);
+            match Engine::open_with(dir, OpenMode::ReadWrite, cfg(&v)) {
+                Err(Error::Corrupted { file, .. }) => {
+                    assert!(
+                        file.ends_with("intent.zr")
+                            || file.ends_with("0.loc")
+                            || file.ends_with("2.loc"),
+                        "{what}: names {}",
+                        file.display()
+                    )
+                }
+                Err(err) => panic!("{what}: {err}"),
+                Ok(_) => panic!("{what}: the open replayed it"),
+            }
+            assert!(files(&v) == before, "{what}: the refused open wrote");
+        }
     }
 
     /// The overlap test of a batch of `n` pending sources costs O(log n)
