@@ -49,6 +49,22 @@ pub enum Intent {
     },
 }
 
+/// Prefix, the body `body` appends, checksum.
+fn frame(kind: u8, body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(PREFIX + 8);
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.push(VERSION);
+    out.push(kind);
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&[0; 8]);
+    body(&mut out);
+    let len = (out.len() - PREFIX) as u64;
+    out[8..PREFIX].copy_from_slice(&len.to_le_bytes());
+    let h = fnv(&out);
+    out.extend_from_slice(&h.to_le_bytes());
+    out
+}
+
 pub(crate) fn fnv(b: &[u8]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for &x in b {
@@ -61,37 +77,30 @@ pub(crate) fn fnv(b: &[u8]) -> u64 {
 impl Intent {
     /// The file's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut body = Vec::new();
-        let kind = match self {
-            Intent::Delete { header, entries } => {
-                body.extend_from_slice(&header.encode());
+        match self {
+            Intent::Delete { header, entries } => frame(1, |out| {
+                out.extend_from_slice(&header.encode());
                 for (i, l) in entries {
-                    body.extend_from_slice(&i.to_le_bytes());
-                    body.extend_from_slice(&l.encode());
+                    out.extend_from_slice(&i.to_le_bytes());
+                    out.extend_from_slice(&l.encode());
                 }
-                1u8
+            }),
+            Intent::Move { moves, bytes } => Intent::encode_moves(moves, bytes),
+        }
+    }
+
+    /// The bytes of `Intent::Move { moves, bytes }`, written straight into
+    /// the file's buffer (a run's bytes are copied once, not three times).
+    pub fn encode_moves(moves: &[(u64, Loc)], bytes: &[u8]) -> Vec<u8> {
+        frame(3, |out| {
+            out.reserve(8 + moves.len() * (8 + LOC_SIZE) + bytes.len() + 8);
+            out.extend_from_slice(&(moves.len() as u64).to_le_bytes());
+            for (i, l) in moves {
+                out.extend_from_slice(&i.to_le_bytes());
+                out.extend_from_slice(&l.encode());
             }
-            Intent::Move { moves, bytes } => {
-                body.reserve(8 + moves.len() * (8 + LOC_SIZE) + bytes.len());
-                body.extend_from_slice(&(moves.len() as u64).to_le_bytes());
-                for (i, l) in moves {
-                    body.extend_from_slice(&i.to_le_bytes());
-                    body.extend_from_slice(&l.encode());
-                }
-                body.extend_from_slice(bytes);
-                3u8
-            }
-        };
-        let mut out = Vec::with_capacity(PREFIX + body.len() + 8);
-        out.extend_from_slice(&MAGIC.to_le_bytes());
-        out.push(VERSION);
-        out.push(kind);
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-        out.extend_from_slice(&body);
-        let h = fnv(&out);
-        out.extend_from_slice(&h.to_le_bytes());
-        out
+            out.extend_from_slice(bytes);
+        })
     }
 
     /// Decodes a complete, intact intent; `None` when the bytes are torn,

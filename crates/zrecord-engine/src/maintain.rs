@@ -310,14 +310,10 @@ impl Engine {
                 // the intent.
                 let moves: Vec<(u64, Loc)> =
                     b.run.items.iter().map(|&(i, _, new)| (i, new)).collect();
-                let it = Intent::Move {
-                    moves,
-                    bytes: b.buf[..w].to_vec(),
-                };
-                write_intent_file(&*vfs, &dir, &it).map_err(poison)?;
-                if let Intent::Move { moves, bytes } = &it {
-                    place_moves(st, &dir, seg, moves, bytes, &poison)?;
-                }
+                let bytes = &b.buf[..w];
+                write_intent_bytes(&*vfs, &dir, &Intent::encode_moves(&moves, bytes))
+                    .map_err(poison)?;
+                place_moves(st, &dir, seg, &moves, bytes, &poison)?;
                 let p = dir.join(INTENT_FILE);
                 vfs.remove(&p)
                     .map_err(|e| poison(Error::io(&p, "remove", e)))?;
@@ -809,11 +805,21 @@ pub(crate) fn check_moves(
 
 /// Writes `intent.zr` and makes it and its directory entry durable.
 fn write_intent_file(vfs: &dyn crate::vfs::Vfs, dir: &std::path::Path, it: &Intent) -> Result<()> {
+    write_intent_bytes(vfs, dir, &it.encode())
+}
+
+/// Writes `intent.zr` holding `encoded` (an encoded [`Intent`]) and makes
+/// it and its directory entry durable.
+fn write_intent_bytes(
+    vfs: &dyn crate::vfs::Vfs,
+    dir: &std::path::Path,
+    encoded: &[u8],
+) -> Result<()> {
     let p = dir.join(INTENT_FILE);
     let f = vfs
         .open(&p, OpenFlags::CreateTruncate)
         .map_err(|e| Error::io(&p, "create", e))?;
-    f.write_at(&it.encode(), 0)
+    f.write_at(encoded, 0)
         .and_then(|_| f.sync())
         .map_err(|e| Error::io(&p, "write", e))?;
     vfs.sync_dir(dir)
