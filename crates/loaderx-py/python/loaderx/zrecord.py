@@ -639,7 +639,12 @@ class _Base:
         survivor's index may change). Normalized like reads. Gathers
         through this handle from other threads wait while it runs; one
         racing it reads each record whole, at its old or its new index (or
-        raises ``IndexOutOfRange`` for an index past the new length)."""
+        raises ``IndexOutOfRange`` for an index past the new length).
+
+        Durable when it returns, whatever the store's ``durability``: about
+        five disk flushes per call however many records it removes (about
+        1 ms on a fast disk; loaderx 1.7.2 flushes nothing). Pass every
+        index to remove in one call rather than one call per record."""
         idxs = self._idxs(idx)
         self._open().delete(idxs)
 
