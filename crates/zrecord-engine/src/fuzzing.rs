@@ -24,7 +24,9 @@ pub const NAMES: [&str; 9] = [
     "durable.zr",
 ];
 
-fn cfg(v: &SimVfs) -> EngineConfig {
+/// The layout the targets open stores with (4 KiB chunks, 8-entry
+/// segments), over `v`.
+pub fn cfg(v: &SimVfs) -> EngineConfig {
     EngineConfig {
         vfs: Arc::new(v.clone()),
         chunk_capacity: 4096,

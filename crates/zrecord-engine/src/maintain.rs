@@ -831,6 +831,22 @@ mod tests {
     use super::{PendingSources, RUN_RECORDS, RUN_SPAN, Run};
     use crate::format::Loc;
 
+    /// A simulated disk's layout of 160-byte chunks and 4-entry segments.
+    fn tiny_sim(v: &crate::sim::SimVfs) -> crate::EngineConfig {
+        crate::EngineConfig {
+            vfs: std::sync::Arc::new(v.clone()),
+            chunk_capacity: 160,
+            loc_segment_entries: 4,
+            flush_bytes: 24,
+            read_path: crate::ReadPath::Pread,
+        }
+    }
+
+    /// Record `k`: `10 + k` bytes of `k`.
+    fn ten_byte_plus(k: u8) -> Vec<u8> {
+        vec![k; 10 + k as usize]
+    }
+
     fn loc(chunk_id: u32, offset: u32, phys_length: u32) -> Loc {
         Loc {
             offset,
@@ -909,18 +925,12 @@ mod tests {
         use crate::format::Header;
         use crate::intent::Intent;
         use crate::sim::SimVfs;
-        use crate::{Codec, CreateOptions, Engine, EngineConfig, OpenMode, ReadPath};
+        use crate::{Codec, CreateOptions, Engine, OpenMode};
         use std::path::Path;
         let v = SimVfs::new();
-        let cfg = |v: &SimVfs| EngineConfig {
-            vfs: std::sync::Arc::new(v.clone()),
-            chunk_capacity: 160,
-            loc_segment_entries: 4,
-            flush_bytes: 24,
-            read_path: ReadPath::Pread,
-        };
+        let cfg = tiny_sim;
         let dir = Path::new("/s");
-        let rec = |k: u8| vec![k; 10 + k as usize];
+        let rec = ten_byte_plus;
         let e = Engine::create_with(dir, &CreateOptions::new(Codec::Raw), cfg(&v)).unwrap();
         for k in 0..10u8 {
             e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
@@ -984,17 +994,11 @@ mod tests {
     fn a_hostile_move_intent_is_refused_before_it_writes() {
         use crate::intent::Intent;
         use crate::sim::SimVfs;
-        use crate::{Codec, CreateOptions, Engine, EngineConfig, Error, OpenMode, ReadPath};
+        use crate::{Codec, CreateOptions, Engine, Error, OpenMode};
         use std::path::Path;
-        let cfg = |v: &SimVfs| EngineConfig {
-            vfs: std::sync::Arc::new(v.clone()),
-            chunk_capacity: 160,
-            loc_segment_entries: 4,
-            flush_bytes: 24,
-            read_path: ReadPath::Pread,
-        };
+        let cfg = tiny_sim;
         let dir = Path::new("/s");
-        let rec = |k: u8| vec![k; 10 + k as usize];
+        let rec = ten_byte_plus;
         let v0 = SimVfs::new();
         let e = Engine::create_with(dir, &CreateOptions::new(Codec::Raw), cfg(&v0)).unwrap();
         // Records 0..10 of 10..19 bytes: chunk 0 holds bytes 0..145.

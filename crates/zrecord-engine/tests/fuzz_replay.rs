@@ -5,9 +5,8 @@
 //! cargo-fuzz. `ZRECORD_WRITE_FUZZ_SEEDS=1` rewrites the generated seeds.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use zrecord_engine::sim::{SimRng, SimVfs};
-use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, ReadPath, fuzzing};
+use zrecord_engine::{Codec, CreateOptions, Engine, fuzzing};
 
 fn seed_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -30,13 +29,7 @@ fn inputs(target: &str) -> Vec<Vec<u8>> {
 fn valid_image(codec: Codec, killed: bool) -> Vec<u8> {
     let v = SimVfs::new();
     let dir = Path::new("/s");
-    let cfg = EngineConfig {
-        vfs: Arc::new(v.clone()),
-        chunk_capacity: 4096,
-        loc_segment_entries: 8,
-        flush_bytes: 64,
-        read_path: ReadPath::Pread,
-    };
+    let cfg = fuzzing::cfg(&v);
     let mut e = Engine::create_with(dir, &CreateOptions::new(codec), cfg).unwrap();
     let recs: Vec<u8> = (0..120u32).map(|i| (i * 7 % 13) as u8).collect();
     let offsets: Vec<usize> = (0..=12).map(|k| k * 10).collect();
@@ -60,13 +53,7 @@ fn pending_moves_image() -> Vec<u8> {
     for k in 0.. {
         let v = SimVfs::new();
         let dir = Path::new("/s");
-        let cfg = EngineConfig {
-            vfs: Arc::new(v.clone()),
-            chunk_capacity: 4096,
-            loc_segment_entries: 8,
-            flush_bytes: 64,
-            read_path: ReadPath::Pread,
-        };
+        let cfg = fuzzing::cfg(&v);
         let mut e = Engine::create_with(dir, &CreateOptions::new(Codec::Zstd), cfg).unwrap();
         // 16 records: the two loc segments an input can hold.
         let recs: Vec<u8> = (0..160u32).map(|i| (i * 7 % 13) as u8).collect();

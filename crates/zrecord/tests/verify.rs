@@ -18,19 +18,24 @@ fn poke_u64(dir: &std::path::Path, phys: u64, value: u64) {
     std::fs::write(&path, bytes).unwrap();
 }
 
-#[test]
-fn ragged_verify_reports_every_shape_payload_disagreement_by_index() {
+/// A ragged store of 20 records of shape `[2, i % 5 + 1]`, verified clean;
+/// the directory guard and the store's path.
+fn twenty_records(codec: Codec) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r");
-    {
-        let s = RaggedStore::<i32>::create(&path, &CreateOptions::new(Codec::Raw)).unwrap();
-        let recs: Vec<ArrayD<i32>> = (0..20)
-            .map(|i| ArrayD::from_shape_fn(IxDyn(&[2, (i % 5 + 1) as usize]), |d| d[1] as i32))
-            .collect();
-        s.append(recs.iter().map(|a| a.view())).unwrap();
-        s.sync().unwrap();
-        assert!(s.core().verify().unwrap().is_ok());
-    }
+    let s = RaggedStore::<i32>::create(&path, &CreateOptions::new(codec)).unwrap();
+    let recs: Vec<ArrayD<i32>> = (0..20)
+        .map(|i| ArrayD::from_shape_fn(IxDyn(&[2, (i % 5 + 1) as usize]), |d| d[1] as i32))
+        .collect();
+    s.append(recs.iter().map(|a| a.view())).unwrap();
+    s.sync().unwrap();
+    assert!(s.core().verify().unwrap().is_ok());
+    (dir, path)
+}
+
+#[test]
+fn ragged_verify_reports_every_shape_payload_disagreement_by_index() {
+    let (_dir, path) = twenty_records(Codec::Raw);
     // Record 3: the shape claims rank 5 but holds 2 dims. Record 11: its
     // first dim becomes 7, so the shape needs more bytes than the payload.
     poke_u64(&path, 2 * 3 + 1, 5);
@@ -84,17 +89,7 @@ fn dense_verify_is_clean_on_a_healthy_store_and_names_garbled_records() {
 /// shape frame is replaced by record 12's, a valid frame of another shape).
 #[test]
 fn ragged_verify_checks_a_whole_batch_around_an_unreadable_shape_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("r");
-    {
-        let s = RaggedStore::<i32>::create(&path, &CreateOptions::new(Codec::Zstd)).unwrap();
-        let recs: Vec<ArrayD<i32>> = (0..20)
-            .map(|i| ArrayD::from_shape_fn(IxDyn(&[2, (i % 5 + 1) as usize]), |d| d[1] as i32))
-            .collect();
-        s.append(recs.iter().map(|a| a.view())).unwrap();
-        s.sync().unwrap();
-        assert!(s.core().verify().unwrap().is_ok());
-    }
+    let (_dir, path) = twenty_records(Codec::Zstd);
     let loc = std::fs::read(path.join("0.loc")).unwrap();
     let entry = |phys: usize| {
         let e = &loc[phys * 16..phys * 16 + 16];
