@@ -39,6 +39,21 @@ fn dir() -> PathBuf {
     d
 }
 
+/// Opens the store at `d` read-only, printing the time and the memory it took.
+fn open_read_only(d: &std::path::Path) -> Engine {
+    let before = rss();
+    let t = Instant::now();
+    let e = Engine::open(d, OpenMode::ReadOnly).unwrap();
+    println!(
+        "open read-only: {:.3} s, rss +{:.0} MiB (now {:.0}), file-backed {:.0} MiB",
+        t.elapsed().as_secs_f64(),
+        rss() - before,
+        rss(),
+        status("RssFile:")
+    );
+    e
+}
+
 fn arg(a: &[String], i: usize, default: u64) -> u64 {
     a.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
 }
@@ -85,16 +100,7 @@ fn dense(a: &[String]) {
     println!("sync: {:.3} s", t.elapsed().as_secs_f64());
     drop(e);
     // Read-only: the handle a training process opens.
-    let before = rss();
-    let t = Instant::now();
-    let ro = Engine::open(&d, OpenMode::ReadOnly).unwrap();
-    println!(
-        "open read-only: {:.3} s, rss +{:.0} MiB (now {:.0}), file-backed {:.0} MiB",
-        t.elapsed().as_secs_f64(),
-        rss() - before,
-        rss(),
-        status("RssFile:")
-    );
+    let ro = open_read_only(&d);
     let idx: Vec<u64> = (0..256 * 4096).map(|_| r.next_u64() % n).collect();
     gather_batches(&ro, &idx, width, "read-only gather");
     drop(ro);
@@ -419,15 +425,7 @@ fn ro(a: &[String]) {
         e.close().unwrap();
         println!("made {n} x {width} B in {}", d.display());
     }
-    let before = rss();
-    let t = Instant::now();
-    let e = Engine::open(&d, OpenMode::ReadOnly).unwrap();
-    println!(
-        "open read-only: {:.3} s, rss +{:.0} MiB, file-backed {:.0} MiB",
-        t.elapsed().as_secs_f64(),
-        rss() - before,
-        status("RssFile:")
-    );
+    let e = open_read_only(&d);
     // Warm: every record once, so each round reads mapped, faulted pages.
     let all: Vec<u64> = (0..n).collect();
     let mut out = vec![0u8; 1 << 20 << 5];

@@ -847,6 +847,27 @@ mod tests {
         vec![k; 10 + k as usize]
     }
 
+    /// A raw store at `dir` on a new simulated disk (`tiny_sim`) holding
+    /// records `ten_byte_plus(0..10)`, closed.
+    fn ten_records(dir: &std::path::Path) -> crate::sim::SimVfs {
+        let v = crate::sim::SimVfs::new();
+        let opts = crate::CreateOptions::new(crate::Codec::Raw);
+        let e = crate::Engine::create_with(dir, &opts, tiny_sim(&v)).unwrap();
+        for k in 0..10u8 {
+            let r = ten_byte_plus(k);
+            e.append_var(&r, &[0, r.len()]).unwrap();
+        }
+        e.close().unwrap();
+        v
+    }
+
+    /// Record `i`'s entry as its loc file (4-entry segments) holds it.
+    fn stored_entry(v: &crate::sim::SimVfs, dir: &std::path::Path, i: u64) -> Loc {
+        let b = v.read_file(&dir.join(format!("{}.loc", i / 4))).unwrap();
+        let at = (i % 4) as usize * 16;
+        Loc::decode(b[at..at + 16].try_into().unwrap())
+    }
+
     fn loc(chunk_id: u32, offset: u32, phys_length: u32) -> Loc {
         Loc {
             offset,
@@ -924,23 +945,11 @@ mod tests {
     fn a_delete_intent_replays_in_order_with_repeats_and_unsorted_slots() {
         use crate::format::Header;
         use crate::intent::Intent;
-        use crate::sim::SimVfs;
-        use crate::{Codec, CreateOptions, Engine, OpenMode};
+        use crate::{Engine, OpenMode};
         use std::path::Path;
-        let v = SimVfs::new();
-        let cfg = tiny_sim;
-        let dir = Path::new("/s");
-        let rec = ten_byte_plus;
-        let e = Engine::create_with(dir, &CreateOptions::new(Codec::Raw), cfg(&v)).unwrap();
-        for k in 0..10u8 {
-            e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
-        }
-        e.close().unwrap();
-        let entry = |i: u64| {
-            let b = v.read_file(&dir.join(format!("{}.loc", i / 4))).unwrap();
-            let at = (i % 4) as usize * 16;
-            Loc::decode(b[at..at + 16].try_into().unwrap())
-        };
+        let (cfg, dir, rec) = (tiny_sim, Path::new("/s"), ten_byte_plus);
+        let v = ten_records(dir);
+        let entry = |i: u64| stored_entry(&v, dir, i);
         let header = Header::decode(&v.read_file(&dir.join("meta.zr")).unwrap()).unwrap();
         // Slots 2..7 end as records 2, 9, 8, 7, 3: first 4..7 take record
         // 0 (unsorted), then 2..5 run across the segment boundary, then
@@ -994,23 +1003,12 @@ mod tests {
     fn a_hostile_move_intent_is_refused_before_it_writes() {
         use crate::intent::Intent;
         use crate::sim::SimVfs;
-        use crate::{Codec, CreateOptions, Engine, Error, OpenMode};
+        use crate::{Engine, Error, OpenMode};
         use std::path::Path;
-        let cfg = tiny_sim;
-        let dir = Path::new("/s");
-        let rec = ten_byte_plus;
-        let v0 = SimVfs::new();
-        let e = Engine::create_with(dir, &CreateOptions::new(Codec::Raw), cfg(&v0)).unwrap();
+        let (cfg, dir) = (tiny_sim, Path::new("/s"));
         // Records 0..10 of 10..19 bytes: chunk 0 holds bytes 0..145.
-        for k in 0..10u8 {
-            e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
-        }
-        e.close().unwrap();
-        let entry = |i: u64| {
-            let b = v0.read_file(&dir.join(format!("{}.loc", i / 4))).unwrap();
-            let at = (i % 4) as usize * 16;
-            Loc::decode(b[at..at + 16].try_into().unwrap())
-        };
+        let v0 = ten_records(dir);
+        let entry = |i: u64| stored_entry(&v0, dir, i);
         let at = |l: Loc, offset: u32| Loc { offset, ..l };
         let junk = |l: Loc| vec![0xEE; l.phys_length as usize];
         let (e2, e3) = (entry(2), entry(3));
