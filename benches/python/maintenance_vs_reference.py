@@ -5,7 +5,8 @@ seeded data:
 - dense: 1,000,000 records of (8,) int32, raw;
 - ragged: 200,000 int32 records of 1..64 elements, zstd.
 
-Each scenario deletes 2% of the records at random in one call, compacts,
+Each scenario deletes 200 records one index per call (a loop) and syncs,
+deletes 2% of the records at random in one call, compacts,
 then deletes the first 2% (a range) in one call, then deletes 3 records
 near the start and compacts again (every later record moves by a few
 bytes); every step is timed to its return. Each package runs in its own process, alternating, `--rounds`
@@ -55,7 +56,15 @@ def run(kind, base):
         model = list(range(n))
     store.sync()
     out = {}
-    scattered = rng.permutation(n)[: n // 50]
+    singles = rng.integers(0, n - 1000, size=200)
+    t = time.perf_counter()
+    for i in singles:
+        store.delete(int(i))
+    out["200 single-index deletes (a loop)"] = time.perf_counter() - t
+    t = time.perf_counter(); store.sync(); out["sync after them"] = time.perf_counter() - t
+    for i in singles:
+        swap_last(model, [i])
+    scattered = rng.permutation(len(model))[: n // 50]
     t = time.perf_counter(); store.delete(scattered); out["delete 2% scattered"] = time.perf_counter() - t
     swap_last(model, scattered)
     t = time.perf_counter(); store.compact(); out["compact"] = time.perf_counter() - t

@@ -60,15 +60,65 @@ def test_the_default_defers_until_sync_or_close(kind):
     assert got.tolist() == np.stack(list(rows(6, 0))).tolist()
 
 
-def test_delete_and_compact_make_deferred_appends_durable():
+def test_deletes_defer_and_compact_makes_everything_durable():
     with DenseStore("s", np.uint8, (8,), codec="raw") as s:
         s.append(np.ones((5, 8), np.uint8))
+        s.sync()
         s.delete([0])
-        assert not marker("s")
+        assert marker("s"), "a deferred delete is logged in the marker"
         s.append(np.ones((2, 8), np.uint8))
         s.compact()
         assert not marker("s")
         assert len(s) == 6
+    with DenseStore("e", np.uint8, (8,), durability="each_append") as s:
+        s.append(np.ones((5, 8), np.uint8))
+        s.delete([0])
+        assert not marker("e"), "an each-append delete is durable on return"
+
+
+DELETER = textwrap.dedent(r'''
+    import os, signal, sys
+    import numpy as np
+    from loaderx.zrecord import DenseStore, RaggedStore
+    path, kind = sys.argv[1], sys.argv[2]
+    if kind == "dense":
+        s = DenseStore(path, np.int64, (4,), codec="zstd")
+        s.append(np.arange(400, dtype=np.int64).reshape(100, 4))
+    else:
+        s = RaggedStore(path, np.int64, codec="zstd")
+        s.append([np.arange(i % 7 + 1, dtype=np.int64) + 10 * i for i in range(100)])
+    s.sync()
+    for i in (3, 50, 7, 0, 42):
+        s.delete(i)  # one index per call: logged, not yet written in place
+    print("deleted", len(s), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # no close, no destructor
+''')
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_a_killed_deleter_loses_no_returned_delete(kind):
+    proc = subprocess.run([sys.executable, "-c", DELETER, "s", kind],
+                          capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert "deleted 95" in proc.stdout
+    assert marker("s")
+    if kind == "dense":
+        model = [np.arange(4 * i, 4 * i + 4) for i in range(100)]
+    else:
+        model = [np.arange(i % 7 + 1) + 10 * i for i in range(100)]
+    for i in (3, 50, 7, 0, 42):
+        model[i] = model[-1]
+        model.pop()
+    # A read-only open finishes the deletes in memory; a read-write one
+    # writes them and makes them durable.
+    for ro in (True, False):
+        s = (DenseStore if kind == "dense" else RaggedStore)("s", read_only=ro)
+        assert len(s) == 95
+        got = list(s[:])
+        assert all(np.array_equal(g, w) for g, w in zip(got, model))
+        assert s.verify()["ok"]
+        s.close()
+    assert not marker("s")
 
 
 @pytest.mark.parametrize("kind", ["dense", "ragged"])

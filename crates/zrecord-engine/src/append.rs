@@ -110,6 +110,9 @@ impl Engine {
         };
         let _guard = self.lock_append();
         self.check_poisoned()?;
+        // Deferred deletes reach their slots before this append writes
+        // past them (and a header that includes theirs).
+        self.flush_deletes()?;
         let (header, tail_handle, nlocs) = {
             let st = self.read_state();
             (

@@ -1,5 +1,5 @@
-//! Deferred durability: appends that commit to the page cache and become
-//! durable at the next `sync()`.
+//! Deferred durability: appends and deletes that commit to the page cache
+//! and become durable at the next `sync()`.
 //!
 //! Under [`Durability::EachAppend`] an append fsyncs its payloads and loc
 //! entries before it writes the header, then the header: durable on return,
@@ -24,15 +24,43 @@
 //! deferred append had started: `meta.zr` stands. The reference ignores
 //! unknown files.
 //!
+//! Deletes defer too. A delete rewrites entries the marker's header names,
+//! so a roll-back must be able to put them back: a deferred delete appends
+//! a record to the marker (the entries it is the first to overwrite since
+//! the marker, plus the entries and header it writes), unsynced, and writes
+//! nothing in place. The next flush (an append, a sync, a verify) fsyncs
+//! the log, writes the pending deletes in place and appends a short *done*
+//! record (not fsynced): a loop of single-index deletes costs one fsync.
+//! A roll-back after a power cut restores the first logged entry of every
+//! slot below the marker's length; an open on the same boot finishes the
+//! deletes after the last *done* record (a killed process's) from the
+//! entries they name.
+//!
 //! Layout (little-endian): magic `ZDUR` u32, version u8 (1), boot id length
 //! u8, 2 zero bytes, the durable `meta.zr` (32 bytes), the boot id, FNV-1a 64
-//! of all preceding bytes.
+//! of all preceding bytes; then the log, records of: body length u32, body,
+//! FNV-1a 64 of the length and body. A delete's body: kind u8 (1), 3 zero
+//! bytes, undo count u32, redo count u32, 4 zero bytes, the new header (32
+//! bytes), then that many (slot u64, entry 16 bytes) pairs, undo first. A
+//! done record's body: kind 2, 3 zero bytes. The log ends at the first record
+//! that fails its checksum.
 
-use crate::format::{Header, META_SIZE};
+use crate::format::{Header, LOC_SIZE, Loc, META_SIZE};
 use crate::intent::fnv;
+use crate::vfs::StorageFile;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// File name of the marker.
 pub const DURABLE_FILE: &str = "durable.zr";
+/// The most bytes the marker and its log take: a deferred delete whose
+/// record would take the file past it makes the store durable first (which
+/// ends the log) and starts a new marker.
+pub(crate) const MAX_MARKER_BYTES: u64 = 16 << 20;
+/// Deletes of more records than this go through `intent.zr`, durable on
+/// return (their log record would be large, and their fsyncs are few per
+/// record).
+pub(crate) const MAX_DEFERRED_DELETE: u64 = 8192;
 const MAGIC: u32 = 0x5255_445A;
 const VERSION: u8 = 1;
 const PREFIX: usize = 8;
@@ -45,10 +73,12 @@ const PREFIX: usize = 8;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Durability {
     /// Durable at the next [`Engine::sync`](crate::Engine::sync),
-    /// [`Engine::close`](crate::Engine::close), delete or compaction (and,
-    /// best effort, when the handle is dropped). An append syncs nothing; a
-    /// power cut before the sync rolls the store back to the last durable
-    /// point. So does any reboot between a killed writer and the next open,
+    /// [`Engine::close`](crate::Engine::close) or compaction (and, best
+    /// effort, when the handle is dropped). An append syncs nothing, nor
+    /// does a delete of up to 8,192 records (it is logged in `durable.zr`,
+    /// and the next append or sync writes it in place after one fsync of
+    /// the log); a power cut before the sync rolls the store back to the
+    /// last durable point, undoing the deletes since as well. So does any reboot between a killed writer and the next open,
     /// and an open on another host, since neither can trust the page cache.
     /// A failed sync also goes back to that point (and says so). loaderx
     /// 1.7.2 defers the same way, without the roll-back. On a system without
@@ -58,7 +88,8 @@ pub enum Durability {
     AtSync,
     /// Durable on return: an append fsyncs its payloads and loc entries,
     /// writes the header and fsyncs it. Three fsyncs per call, two of them
-    /// concurrent (about 0.2 ms here): batch records into few calls.
+    /// concurrent (about 0.2 ms here): batch records into few calls. A
+    /// delete goes through `intent.zr`, about five fsyncs per call.
     EachAppend,
 }
 
@@ -88,10 +119,130 @@ pub(crate) struct Marker {
     pub header: Header,
     /// The boot id at that time (empty when the system has none).
     pub boot: Vec<u8>,
+    /// The deferred deletes since (the valid prefix of the log).
+    pub log: Vec<LogRecord>,
+}
+
+/// One record of the delete log that follows the marker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LogRecord {
+    /// A deferred delete, logged (and fsynced before its in-place writes).
+    Delete {
+        /// Entries as they were before this delete overwrote them, for the
+        /// slots first overwritten since the marker (a roll-back's).
+        undo: Vec<(u64, Loc)>,
+        /// The header the delete writes.
+        header: Header,
+        /// The entries it writes (an interrupted delete's roll-forward).
+        redo: Vec<(u64, Loc)>,
+    },
+    /// Every write of the delete before it was issued.
+    Done,
+}
+
+/// The appending end of `durable.zr`'s log, held by the read-write handle
+/// that wrote the marker.
+#[derive(Debug)]
+pub(crate) struct DeleteLog {
+    pub file: Box<dyn StorageFile>,
+    pub path: PathBuf,
+    /// Where the next record goes.
+    pub end: u64,
+    /// The entry logged for roll-back per slot (the first one; later ones
+    /// are not logged).
+    pub undo: BTreeMap<u64, Loc>,
+    /// Whether a record holding undo entries has not been fsynced yet.
+    pub unsynced: bool,
+    /// Entries of the deletes logged since the last flush, in order, not
+    /// yet written in place.
+    pub pending: Vec<(u64, Loc)>,
+    /// The header the last of them leaves, not yet written.
+    pub pending_header: Option<Header>,
+}
+
+const KIND_DELETE: u8 = 1;
+const KIND_DONE: u8 = 2;
+const DELETE_FIXED: usize = 16 + META_SIZE;
+const PAIR: usize = 8 + LOC_SIZE;
+
+impl LogRecord {
+    /// The record's bytes, framed.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        match self {
+            LogRecord::Delete { undo, header, redo } => {
+                body.reserve(DELETE_FIXED + PAIR * (undo.len() + redo.len()));
+                body.extend_from_slice(&[KIND_DELETE, 0, 0, 0]);
+                body.extend_from_slice(&(undo.len() as u32).to_le_bytes());
+                body.extend_from_slice(&(redo.len() as u32).to_le_bytes());
+                body.extend_from_slice(&[0; 4]);
+                body.extend_from_slice(&header.encode());
+                for (slot, loc) in undo.iter().chain(redo) {
+                    body.extend_from_slice(&slot.to_le_bytes());
+                    body.extend_from_slice(&loc.encode());
+                }
+            }
+            LogRecord::Done => body.extend_from_slice(&[KIND_DONE, 0, 0, 0]),
+        }
+        let mut b = Vec::with_capacity(body.len() + 12);
+        b.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        b.extend_from_slice(&body);
+        let h = fnv(&b);
+        b.extend_from_slice(&h.to_le_bytes());
+        b
+    }
+
+    /// The valid records at the start of `b`: parsing stops at the first
+    /// one that is torn, truncated or unknown (never written durably, so
+    /// nothing after it was either).
+    pub fn decode_all(mut b: &[u8]) -> Vec<LogRecord> {
+        let mut out = Vec::new();
+        while let Some((r, n)) = Self::decode_one(b) {
+            out.push(r);
+            b = &b[n..];
+        }
+        out
+    }
+
+    fn decode_one(b: &[u8]) -> Option<(LogRecord, usize)> {
+        let len = usize::try_from(u32::from_le_bytes(b.get(..4)?.try_into().ok()?)).ok()?;
+        let total = len.checked_add(12)?;
+        let framed = b.get(..total)?;
+        let (head, sum) = framed.split_at(4 + len);
+        if fnv(head).to_le_bytes() != sum {
+            return None;
+        }
+        let body = &head[4..];
+        let r = match *body.first()? {
+            KIND_DONE if body == [KIND_DONE, 0, 0, 0] => LogRecord::Done,
+            KIND_DELETE if body.len() >= DELETE_FIXED && body[1..4] == [0; 3] => {
+                let count = |at: usize| -> Option<usize> {
+                    usize::try_from(u32::from_le_bytes(body[at..at + 4].try_into().ok()?)).ok()
+                };
+                let (nu, nr) = (count(4)?, count(8)?);
+                if body[12..16] != [0; 4]
+                    || nu.checked_add(nr)?.checked_mul(PAIR)? != body.len() - DELETE_FIXED
+                {
+                    return None;
+                }
+                let header = Header::decode(&body[16..DELETE_FIXED]).ok()?;
+                let mut pairs = body[DELETE_FIXED..].chunks_exact(PAIR).map(|p| {
+                    let slot = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
+                    (slot, Loc::decode(p[8..].try_into().expect("16 bytes")))
+                });
+                let undo = pairs.by_ref().take(nu).collect();
+                let redo = pairs.collect();
+                LogRecord::Delete { undo, header, redo }
+            }
+            _ => return None,
+        };
+        Some((r, total))
+    }
 }
 
 impl Marker {
-    /// The file's bytes.
+    /// The file's bytes (a new marker's log is empty; records are appended
+    /// one by one).
     pub fn encode(&self) -> Vec<u8> {
         let boot = &self.boot[..self.boot.len().min(255)];
         let mut b = Vec::with_capacity(PREFIX + META_SIZE + boot.len() + 8);
@@ -103,15 +254,17 @@ impl Marker {
         b.extend_from_slice(boot);
         let h = fnv(&b);
         b.extend_from_slice(&h.to_le_bytes());
+        for r in &self.log {
+            b.extend_from_slice(&r.encode());
+        }
         b
     }
 
     /// Parses a marker; `None` for anything torn, truncated or foreign.
     pub fn decode(b: &[u8]) -> Option<Marker> {
-        if b.len() < PREFIX + META_SIZE + 8 {
-            return None;
-        }
-        let (body, sum) = b.split_at(b.len() - 8);
+        let boot_len = usize::from(*b.get(5)?);
+        let fixed = PREFIX + META_SIZE + boot_len + 8;
+        let (body, sum) = b.get(..fixed)?.split_at(fixed - 8);
         if fnv(body).to_le_bytes() != sum {
             return None;
         }
@@ -121,14 +274,51 @@ impl Marker {
         {
             return None;
         }
-        let boot_len = usize::from(body[5]);
-        if body.len() != PREFIX + META_SIZE + boot_len {
-            return None;
-        }
         let header = Header::decode(&body[PREFIX..PREFIX + META_SIZE]).ok()?;
         Some(Marker {
             header,
             boot: body[PREFIX + META_SIZE..].to_vec(),
+            log: LogRecord::decode_all(&b[fixed..]),
+        })
+    }
+
+    /// What a roll-back to the marker's header writes back: the first logged
+    /// entry of every slot below its length.
+    pub fn undo(&self) -> BTreeMap<u64, Loc> {
+        let mut out = BTreeMap::new();
+        for r in &self.log {
+            if let LogRecord::Delete { undo, .. } = r {
+                for &(slot, loc) in undo {
+                    if slot < self.header.length {
+                        out.entry(slot).or_insert(loc);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The deletes after the last *done* record, whose process died before
+    /// it wrote them all in place: the header the last one leaves, and the
+    /// entries they write below its length (a later one for a slot wins).
+    pub fn unfinished(&self) -> Option<(Header, BTreeMap<u64, Loc>)> {
+        let from = self
+            .log
+            .iter()
+            .rposition(|r| *r == LogRecord::Done)
+            .map_or(0, |i| i + 1);
+        let mut last = None;
+        let mut entries = BTreeMap::new();
+        for r in &self.log[from..] {
+            if let LogRecord::Delete { header, redo, .. } = r {
+                last = Some(*header);
+                entries.extend(redo.iter().copied());
+            }
+        }
+        // A slot a later delete cut off keeps no entry.
+        last.map(|h: Header| {
+            entries.retain(|&i, _| i < h.length);
+            (h, entries)
         })
     }
 }
@@ -147,6 +337,27 @@ mod tests {
                 length: 1234,
             },
             boot: b"0f1e2d3c-aaaa-bbbb-cccc-0123456789ab".to_vec(),
+            log: Vec::new(),
+        }
+    }
+
+    fn loc(n: u32) -> Loc {
+        Loc {
+            offset: n,
+            phys_length: 10 + n,
+            logic_length: 20 + n,
+            chunk_id: n % 3,
+        }
+    }
+
+    fn delete(undo: &[u64], length: u64, redo: &[u64]) -> LogRecord {
+        LogRecord::Delete {
+            undo: undo.iter().map(|&i| (i, loc(i as u32))).collect(),
+            header: Header {
+                length,
+                ..marker().header
+            },
+            redo: redo.iter().map(|&i| (i, loc(100 + i as u32))).collect(),
         }
     }
 
@@ -170,9 +381,93 @@ mod tests {
             assert_eq!(Marker::decode(&c), None, "byte {i} flipped");
             assert_eq!(Marker::decode(&b[..i]), None, "cut at {i}");
         }
+        // Bytes past the fixed part are the log: a torn record there ends
+        // it, and leaves the marker valid.
         let mut longer = b.clone();
         longer.push(0);
-        assert_eq!(Marker::decode(&longer), None);
+        assert_eq!(Marker::decode(&longer), Some(marker()));
+    }
+
+    #[test]
+    fn the_log_round_trips_and_ends_at_its_first_bad_record() {
+        let log = vec![
+            delete(&[3, 1200], 1230, &[3]),
+            LogRecord::Done,
+            delete(&[], 1229, &[]),
+            LogRecord::Done,
+            delete(&[7], 1228, &[7, 8]),
+        ];
+        let m = Marker {
+            log: log.clone(),
+            ..marker()
+        };
+        let b = m.encode();
+        assert_eq!(Marker::decode(&b), Some(m.clone()));
+        let fixed = marker().encode().len();
+        // A cut or a flipped byte anywhere in the log keeps exactly the
+        // records before the damaged one.
+        let ends: Vec<usize> = log
+            .iter()
+            .scan(fixed, |at, r| {
+                *at += r.encode().len();
+                Some(*at)
+            })
+            .collect();
+        for i in fixed..b.len() {
+            let whole = ends.iter().filter(|&&e| e <= i).count();
+            let cut = Marker::decode(&b[..i]).unwrap();
+            assert_eq!(cut.log, log[..whole], "cut at {i}");
+            let mut c = b.clone();
+            c[i] ^= 0x08;
+            let flipped = Marker::decode(&c).unwrap();
+            assert_eq!(flipped.log, log[..whole], "byte {i} flipped");
+        }
+    }
+
+    #[test]
+    fn undo_keeps_each_slots_first_entry_below_the_marker_length() {
+        let m = Marker {
+            log: vec![
+                delete(&[5, 1234], 1232, &[5]),
+                LogRecord::Done,
+                LogRecord::Delete {
+                    undo: vec![(5, loc(99)), (9, loc(9))],
+                    header: marker().header,
+                    redo: vec![],
+                },
+            ],
+            ..marker()
+        };
+        let undo = m.undo();
+        assert_eq!(
+            undo.into_iter().collect::<Vec<_>>(),
+            [(5, loc(5)), (9, loc(9))]
+        );
+        // The last delete has no done record: it is unfinished.
+        assert_eq!(m.unfinished(), Some((marker().header, BTreeMap::new())));
+        let done = Marker {
+            log: vec![delete(&[1], 1233, &[1]), LogRecord::Done],
+            ..marker()
+        };
+        assert_eq!(done.unfinished(), None);
+        assert_eq!(marker().unfinished(), None);
+        // Every delete after the last done record, a later entry winning.
+        let two = Marker {
+            log: vec![
+                delete(&[1], 1233, &[1]),
+                LogRecord::Done,
+                delete(&[4], 1232, &[4, 6, 1231]),
+                delete(&[9], 1231, &[6]),
+            ],
+            ..marker()
+        };
+        let (h, e) = two.unfinished().unwrap();
+        assert_eq!(h.length, 1231);
+        // 1231 was cut off by the last delete.
+        assert_eq!(
+            e.into_iter().collect::<Vec<_>>(),
+            [(4, loc(104)), (6, loc(106))]
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The store handle: create, open (with validation), locking, sync, stats.
 
 use crate::codec::{Codec, CodecState, CreateOptions, DictOrigin};
-use crate::deferred::{DURABLE_FILE, Durability, Marker};
+use crate::deferred::{DURABLE_FILE, DeleteLog, Durability, Marker};
 use crate::error::{Error, Result};
 use crate::format::{
     self, CHUNK_CAPACITY, DICT_FILE, Header, LOC_SEGMENT_ENTRIES, LOC_SIZE, Loc, MAX_RECORD_LEN,
@@ -155,6 +155,8 @@ pub struct Engine {
     /// The header `durable.zr` names (when it is valid): durable, and put
     /// back into `meta.zr` when a sync fails.
     pub(crate) durable_header: Mutex<Option<Header>>,
+    /// The delete log of the marker this handle wrote (while it is armed).
+    pub(crate) log: Mutex<Option<DeleteLog>>,
     /// The process that opened the handle: a forked child that inherits it
     /// must not remove the marker the parent's later appends rely on.
     pub(crate) pid: u32,
@@ -314,6 +316,7 @@ impl Engine {
             boot: vfs.boot_id(),
             armed: AtomicBool::new(false),
             durable_header: Mutex::new(None),
+            log: Mutex::new(None),
             pid: std::process::id(),
             forks_at_open: crate::fork::forks(),
             unapplied: BTreeSet::new(),
@@ -906,35 +909,65 @@ impl Engine {
         let marker_path = dir.join(DURABLE_FILE);
         let has_marker = names.iter().any(|n| n == DURABLE_FILE);
         let mut rolled_back = false;
+        // Whether `header` is not the one in `meta.zr`.
+        let mut header_moved = false;
+        // Entries the marker's delete log puts back (a roll-back) or
+        // finishes writing (a delete its killed process left unfinished).
+        let mut log_overlay: std::collections::BTreeMap<u64, Loc> = Default::default();
         let mut marker_header = None;
         let boot = vfs.boot_id();
         if has_marker {
             let f = open(&marker_path)?;
             let n = f.len().map_err(|e| Error::io(&marker_path, "stat", e))?;
-            let mut b = vec![0u8; n.min(1024) as usize];
+            let mut b = vec![0u8; n.min(crate::deferred::MAX_MARKER_BYTES) as usize];
             f.read_at(&mut b, 0)
                 .map_err(|e| Error::io(&marker_path, "read", e))?;
             let m = Marker::decode(&b);
             marker_header = m.as_ref().map(|m| m.header);
-            if let Some(m) = m
-                && (use_marker || m.boot.is_empty() || boot.as_deref() != Some(&m.boot[..]))
-            {
-                if m.header.codec != header.codec {
-                    return Err(Error::corrupted(
+            let same_codec = |h: &Header| {
+                if h.codec == header.codec {
+                    Ok(())
+                } else {
+                    Err(Error::corrupted(
                         &marker_path,
                         format!(
                             "the durable header names codec {}, meta.zr {}",
-                            m.header.codec.name(),
+                            h.codec.name(),
                             header.codec.name()
                         ),
-                    ));
+                    ))
                 }
-                rolled_back = m.header != header;
-                header = m.header;
+            };
+            if let Some(m) = m {
+                if use_marker || m.boot.is_empty() || boot.as_deref() != Some(&m.boot[..]) {
+                    same_codec(&m.header)?;
+                    log_overlay = m.undo();
+                    rolled_back = m.header != header || !log_overlay.is_empty();
+                    header_moved = m.header != header;
+                    header = m.header;
+                } else if let Some((h, redo)) = m.unfinished() {
+                    same_codec(&h)?;
+                    header_moved = h != header;
+                    header = h;
+                    log_overlay = redo;
+                }
             }
         }
         if use_marker && !rolled_back {
             return Err(Error::corrupted(&meta_path, "no marker to fall back to"));
+        }
+        if log_overlay
+            .keys()
+            .next_back()
+            .is_some_and(|&i| i >= header.length)
+        {
+            return Err(Error::corrupted(
+                &marker_path,
+                format!(
+                    "its delete log names a record past the length {}",
+                    header.length
+                ),
+            ));
         }
 
         // A pending intent: a delete or compaction move that a crash
@@ -954,7 +987,7 @@ impl Engine {
         } else {
             (None, None)
         };
-        let mut overlay: std::collections::BTreeMap<u64, Loc> = Default::default();
+        let mut overlay = log_overlay.clone();
         match &intent {
             Some(Intent::Delete { header: h, entries }) => {
                 if h.codec != header.codec {
@@ -1209,6 +1242,7 @@ impl Engine {
             // read-write handle, left alone by a read-only one.
             armed: AtomicBool::new(has_marker),
             durable_header: Mutex::new(marker_header),
+            log: Mutex::new(None),
             pid: std::process::id(),
             forks_at_open: crate::fork::forks(),
             unapplied: if read_only {
@@ -1219,7 +1253,18 @@ impl Engine {
             created: false,
         };
         if !read_only {
-            if rolled_back {
+            if !log_overlay.is_empty() {
+                let entries: Vec<(u64, Loc)> = log_overlay.into_iter().collect();
+                crate::maintain::write_entries(
+                    &engine.read_state(),
+                    &engine.dir,
+                    seg,
+                    &entries,
+                    false,
+                    &|e| e,
+                )?;
+            }
+            if header_moved {
                 engine.write_header(&header)?;
             }
             if has_intent {
@@ -1383,11 +1428,25 @@ impl Engine {
             if let Some(h) = h {
                 let _ = self.meta.file.write_at(&h.encode(), 0);
             }
+            // And the entries deferred deletes overwrote since.
+            let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(log) = log.as_ref().filter(|l| !l.undo.is_empty()) {
+                let undo: Vec<(u64, Loc)> = log.undo.iter().map(|(&i, &l)| (i, l)).collect();
+                let _ = crate::maintain::write_entries(
+                    &self.read_state(),
+                    &self.dir,
+                    self.cfg.loc_segment_entries,
+                    &undo,
+                    false,
+                    &|e| e,
+                );
+            }
         }
         r
     }
 
     fn sync_locked(&self) -> Result<()> {
+        self.flush_deletes()?;
         self.sync_files()?;
         if self.armed.load(Ordering::Acquire) {
             // Files the deferred appends created get durable entries before
@@ -1411,6 +1470,7 @@ impl Engine {
                 .durable_header
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = None;
+            *self.log.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
         Ok(())
     }
@@ -1479,7 +1539,7 @@ impl Engine {
 
     /// Whether this is the process that opened the handle (not a forked
     /// child that inherited it).
-    fn in_opener(&self) -> bool {
+    pub(crate) fn in_opener(&self) -> bool {
         std::process::id() == self.pid
     }
 
@@ -1521,6 +1581,7 @@ impl Engine {
         let m = Marker {
             header: *header,
             boot: self.boot.clone().unwrap_or_default(),
+            log: Vec::new(),
         };
         let p = self.dir.join(DURABLE_FILE);
         let f = self
@@ -1528,7 +1589,8 @@ impl Engine {
             .vfs
             .open(&p, OpenFlags::CreateTruncate)
             .map_err(|e| self.poison(Error::io(&p, "create", e)))?;
-        f.write_at(&m.encode(), 0)
+        let bytes = m.encode();
+        f.write_at(&bytes, 0)
             .map_err(|e| self.poison(Error::io(&p, "write", e)))?;
         f.sync()
             .map_err(|e| self.poison(Error::io(&p, "sync", e)))?;
@@ -1540,6 +1602,15 @@ impl Engine {
             .durable_header
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(*header);
+        *self.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(DeleteLog {
+            file: f,
+            path: p,
+            end: bytes.len() as u64,
+            undo: Default::default(),
+            unsynced: false,
+            pending: Vec::new(),
+            pending_header: None,
+        });
         self.armed.store(true, Ordering::Release);
         Ok(())
     }

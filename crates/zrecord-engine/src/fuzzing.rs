@@ -262,7 +262,15 @@ pub fn store_ops(data: &[u8]) {
         }
     };
     let synced = (0..ops.len())
-        .filter(|&k| matches!(ops[k], Op::Sync | Op::Delete(..) | Op::Compact) && done(k))
+        .filter(|&k| {
+            done(k)
+                && match ops[k] {
+                    Op::Sync | Op::Compact => true,
+                    // A deferring handle's delete is durable at the next sync.
+                    Op::Delete(..) => durability == Durability::EachAppend,
+                    _ => false,
+                }
+        })
         .map(|k| k + 1)
         .max()
         .unwrap_or(0);

@@ -1,5 +1,6 @@
 //! Delete (swap-last) and in-place compaction.
 
+use crate::deferred::{LogRecord, MAX_DEFERRED_DELETE, MAX_MARKER_BYTES};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::format::{self, Header, LOC_SIZE, Loc};
@@ -14,9 +15,18 @@ impl Engine {
     /// filled by the last live record, in descending index order, so live
     /// records stay exactly `0..len`. Survivors may change index.
     ///
-    /// Atomic: the swapped entries and the new length are written as one
-    /// intent first (see `docs/format.md`), so a crash leaves the store as it
-    /// was before or after the delete, never in between. Durable on return.
+    /// Atomic: a crash leaves the store as it was before or after the
+    /// delete, never in between. Under [`Durability::AtSync`] a delete of up
+    /// to 8,192 records is deferred like an append: logged in `durable.zr`
+    /// with the entries it overwrites, no fsync; the next append, sync or
+    /// verify writes it in place (after one fsync of the log). A killed
+    /// process keeps it, and it is durable at the next sync, close or
+    /// compaction (a power cut before rolls it back with the appends).
+    /// Otherwise the swapped entries and the new length are written as one
+    /// intent first, and the delete is durable on return (about five
+    /// fsyncs). See `docs/format.md`.
+    ///
+    /// [`Durability::AtSync`]: crate::Durability::AtSync
     pub fn delete(&mut self, indices: &[u64]) -> Result<()> {
         self.delete_groups(indices, 1)
     }
@@ -60,10 +70,16 @@ impl Engine {
         if order.is_empty() {
             return Ok(());
         }
-        // Deferred appends become durable first: the intent protocol below
-        // assumes the header it starts from is, and a stale `durable.zr`
-        // must never roll a delete back.
-        self.settle()?;
+        // A handle that defers appends defers a delete of a few records
+        // too: logged in `durable.zr`, written in place at the next flush.
+        // Otherwise deferred appends become durable first: the intent
+        // protocol below assumes the header it starts from is, and a stale
+        // `durable.zr` must never roll a delete back.
+        let deferred =
+            self.defers() && (order.len() as u64).saturating_mul(k) <= MAX_DEFERRED_DELETE;
+        if !deferred {
+            self.settle()?;
+        }
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         // Simulate the swaps over an overlay, so a failure leaves memory as it was.
         let mut overlay: BTreeMap<u64, Loc> = BTreeMap::new();
@@ -90,7 +106,9 @@ impl Engine {
             ..st.header
         };
         let entries: Vec<(u64, Loc)> = overlay.iter().map(|(&i, &l)| (i, l)).collect();
-        if entries.is_empty() {
+        if deferred {
+            self.delete_deferred(len, &header, &entries)?;
+        } else if entries.is_empty() {
             // Only the length shrinks: one atomic header write. It is made
             // durable at once, because the next append rewrites the entries
             // past the new length that the old header still names.
@@ -112,6 +130,115 @@ impl Engine {
         st.table.to_mut().truncate(new_len as usize);
         st.header = header;
         self.len.store(new_len, Ordering::Release);
+        Ok(())
+    }
+
+    /// A deferred delete from `len` records to `header` that writes
+    /// `entries` (see `deferred`): logged, unsynced, with the entries it is
+    /// the first to overwrite since the marker (those below the marker's
+    /// length: the holes it fills, and the tail slots it frees, which a
+    /// later append overwrites). Its in-place writes wait for the next
+    /// flush ([`Engine::flush_deletes`]), which fsyncs the log first: a
+    /// loop of deletes costs one fsync, at the next sync, append or verify.
+    fn delete_deferred(&self, len: u64, header: &Header, entries: &[(u64, Loc)]) -> Result<()> {
+        let new_len = header.length;
+        // The record's size, at most (every overwritten slot logged: 24
+        // bytes a pair, 60 of frame and header), and a done record's.
+        let need = 60 + 24 * (entries.len() as u64 + (len - new_len)) + 16;
+        let room = self
+            .log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|l| l.end + need <= MAX_MARKER_BYTES);
+        if !room {
+            // No marker of this handle's yet, or a full one: end it (its
+            // store becomes durable) and start another.
+            self.settle()?;
+            let current = self.read_state().header;
+            self.arm(&current)?;
+        }
+        let l0 = self
+            .durable_header
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map_or(0, |h| h.length);
+        let st = self.read_state();
+        let mut guard = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        // Armed above; `&mut self` in the caller keeps a sync from
+        // another thread out.
+        let log = guard.as_mut().ok_or_else(|| {
+            self.poison(Error::Poisoned {
+                path: self.dir.clone(),
+            })
+        })?;
+        let view = st.table.view();
+        let undo: Vec<(u64, Loc)> = entries
+            .iter()
+            .map(|&(i, _)| i)
+            .chain(new_len..len)
+            .filter(|i| *i < l0 && !log.undo.contains_key(i))
+            .map(|i| (i, view.get(i)))
+            .collect();
+        let bytes = LogRecord::Delete {
+            undo: undo.clone(),
+            header: *header,
+            redo: entries.to_vec(),
+        }
+        .encode();
+        log.file
+            .write_at(&bytes, log.end)
+            .map_err(|e| self.poison(Error::io(&log.path, "write", e)))?;
+        log.end += bytes.len() as u64;
+        // Only an overwrite of a durable entry needs its old value on disk
+        // first; the other writes are the page cache's, like an append's.
+        log.unsynced |= !undo.is_empty();
+        log.undo.extend(undo);
+        log.pending.extend(entries.iter().copied());
+        log.pending_header = Some(*header);
+        Ok(())
+    }
+
+    /// Writes the deferred deletes logged since the last flush in place:
+    /// fsyncs the log if it holds an entry not yet durable, writes their
+    /// entries and the header, then logs *done*. The caller holds the
+    /// append lock (or `&mut self`).
+    pub(crate) fn flush_deletes(&self) -> Result<()> {
+        let mut guard = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(log) = guard.as_mut() else {
+            return Ok(());
+        };
+        let Some(header) = log.pending_header else {
+            return Ok(());
+        };
+        if log.unsynced {
+            log.file
+                .sync()
+                .map_err(|e| self.poison(Error::io(&log.path, "sync", e)))?;
+            log.unsynced = false;
+        }
+        // A later entry for a slot wins, a slot a later delete cut off
+        // gets none; sorted, consecutive slots go in one write.
+        let entries: Vec<(u64, Loc)> = log
+            .pending
+            .iter()
+            .copied()
+            .collect::<BTreeMap<u64, Loc>>()
+            .into_iter()
+            .filter(|&(i, _)| i < header.length)
+            .collect();
+        let seg = self.cfg.loc_segment_entries;
+        write_entries(&self.read_state(), &self.dir, seg, &entries, false, &|e| {
+            self.poison(e)
+        })?;
+        self.write_header(&header)?;
+        let done = LogRecord::Done.encode();
+        log.file
+            .write_at(&done, log.end)
+            .map_err(|e| self.poison(Error::io(&log.path, "write", e)))?;
+        log.end += done.len() as u64;
+        log.pending.clear();
+        log.pending_header = None;
         Ok(())
     }
 
@@ -636,7 +763,7 @@ impl Engine {
         let poison = |e: Error| self.poison(e);
         match it {
             Intent::Delete { header, entries } => {
-                write_entries(&st, &self.dir, seg, entries, &poison)?;
+                write_entries(&st, &self.dir, seg, entries, true, &poison)?;
                 self.write_header(header)?;
             }
             Intent::Move { moves, bytes } => {
@@ -652,13 +779,14 @@ impl Engine {
 
 /// Writes `entries` (record index, entry) to their loc segments in order (a
 /// later entry for a slot wins), one write per run of consecutive slots in a
-/// segment (a deleted range takes the tail's entries back to back), then
-/// fsyncs the segments written.
-fn write_entries(
+/// segment (a deleted range takes the tail's entries back to back), then,
+/// with `sync`, fsyncs the segments written.
+pub(crate) fn write_entries(
     st: &crate::engine::State,
     dir: &std::path::Path,
     seg: u64,
     entries: &[(u64, Loc)],
+    sync: bool,
     poison: &dyn Fn(Error) -> Error,
 ) -> Result<()> {
     let mut touched = BTreeSet::new();
@@ -685,6 +813,9 @@ fn write_entries(
             .map_err(|e| poison(Error::io(&h.path, "write", e)))?;
         touched.insert(first / seg);
         rest = &rest[len..];
+    }
+    if !sync {
+        return Ok(());
     }
     for s in touched {
         let h = &st.locs[s as usize];
@@ -742,7 +873,7 @@ fn place_moves(
             .sync()
             .map_err(|e| poison(Error::io(&h.path, "sync", e)))?;
     }
-    write_entries(st, dir, seg, moves, poison)
+    write_entries(st, dir, seg, moves, true, poison)
 }
 
 /// Refuses a move intent that no compaction writes, before its replay

@@ -36,6 +36,11 @@ fn marker(v: &SimVfs) -> bool {
     v.read_file(&Path::new(DIR).join("durable.zr")).is_some()
 }
 
+fn expect_tags(e: &Engine, ks: &[u8]) {
+    let want: Vec<Vec<u8>> = ks.iter().map(|&k| rec(k)).collect();
+    assert_eq!(read_all(e).unwrap(), want);
+}
+
 fn expect(e: &Engine, ks: std::ops::Range<u8>) {
     let want: Vec<Vec<u8>> = ks.map(rec).collect();
     assert_eq!(read_all(e).unwrap(), want);
@@ -118,23 +123,103 @@ fn a_kill_keeps_every_returned_append_and_a_power_cut_the_synced_ones() {
 }
 
 #[test]
-fn delete_compact_and_a_switch_to_each_append_make_deferred_appends_durable() {
+fn deferred_deletes_fsync_once_per_flush_and_roll_back_with_the_appends() {
+    let _g = serial();
+    let v = SimVfs::new();
+    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    let synced = read_all(&e).unwrap();
+    let syncs = |f: &mut dyn FnMut()| {
+        let s0 = v.syncs();
+        f();
+        v.syncs() - s0
+    };
+    // The first delete after a sync writes the marker (a full fsync round).
+    e.delete(&[1]).unwrap();
+    assert!(marker(&v), "a deferred delete writes the marker");
+    // Later ones only log: their writes in place wait for the next flush.
+    let loc = Path::new(DIR).join("0.loc");
+    let on_disk = v.read_file(&loc);
+    assert_eq!(syncs(&mut || e.delete(&[0]).unwrap()), 0);
+    assert_eq!(v.read_file(&loc), on_disk, "nothing written in place yet");
+    // An append flushes them first: one fsync of the log, whose undo
+    // entries must be on disk before the entries they restore change.
+    assert_eq!(syncs(&mut || append(&e, 6..8)), 1);
+    assert_ne!(v.read_file(&loc), on_disk);
+    // A slot already logged, or past the marker's length, needs no fsync.
+    assert_eq!(syncs(&mut || e.delete(&[5]).unwrap()), 0);
+
+    let mut model: Vec<Vec<u8>> = synced.clone();
+    for i in [1usize, 0] {
+        let last = model.pop().unwrap();
+        if i < model.len() {
+            model[i] = last;
+        }
+    }
+    model.extend([rec(6), rec(7)]);
+    model.pop();
+    assert_eq!(read_all(&e).unwrap(), model);
+
+    // Killed: every delete that returned is there (the last one from the
+    // log). Power cut: back to the sync, with the slots the deletes and
+    // appends overwrote restored.
+    let killed = v.snapshot().kill_image();
+    let r = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&killed)).unwrap();
+    assert_eq!(read_all(&r).unwrap(), model);
+    drop(r);
+    let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&killed)).unwrap();
+    assert_eq!(read_all(&r).unwrap(), model);
+    drop(r);
+    let r = Engine::open_with(
+        DIR,
+        OpenMode::ReadOnly,
+        cfg(&killed.snapshot().crash_image(0)),
+    );
+    assert_eq!(
+        read_all(&r.unwrap()).unwrap(),
+        model,
+        "the kill's open finished it durably"
+    );
+    let cut = v.snapshot().crash_image(0);
+    let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&cut)).unwrap();
+    assert_eq!(read_all(&r).unwrap(), synced, "a power cut rolls back");
+    drop(r);
+    let again = cut.snapshot().crash_image(1);
+    let r = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&again)).unwrap();
+    assert_eq!(read_all(&r).unwrap(), synced, "the roll-back was durable");
+    drop(r);
+
+    e.sync().unwrap();
+    assert!(!marker(&v), "sync ends the log with the marker");
+    let cut = v.snapshot().crash_image(0);
+    let r = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&cut)).unwrap();
+    assert_eq!(read_all(&r).unwrap(), model, "durable after the sync");
+}
+
+#[test]
+fn verify_writes_pending_deletes_in_place_before_it_compares_the_loc_files() {
+    let _g = serial();
+    let v = SimVfs::new();
+    let mut e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&v)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    e.delete(&[1, 3]).unwrap();
+    let loc = Path::new(DIR).join("0.loc");
+    let before = v.read_file(&loc);
+    let report = e.verify().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    assert_ne!(v.read_file(&loc), before);
+    expect_tags(&e, &[0, 4, 2, 5]);
+}
+
+#[test]
+fn compact_and_a_switch_to_each_append_make_deferred_appends_durable() {
     let _g = serial();
     let v = SimVfs::new();
     let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
     append(&e, 0..6);
     e.delete(&[0]).unwrap();
-    assert!(!marker(&v), "delete settles first");
-    let survivors = read_all(&e).unwrap();
-    let cut = v.snapshot().crash_image(0);
-    let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&cut)).unwrap();
-    assert_eq!(
-        read_all(&r).unwrap(),
-        survivors,
-        "a power cut after a delete keeps it"
-    );
-    drop(r);
-
     append(&e, 6..8);
     e.compact().unwrap();
     assert!(!marker(&v), "compact settles first");

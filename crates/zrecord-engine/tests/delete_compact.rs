@@ -309,6 +309,7 @@ fn a_record_too_large_to_place_stops_compaction_before_any_move() {
     // from two chunks), then c fails.
     e.delete(&[0]).unwrap();
     model_delete(&mut model, &[0], 1);
+    e.sync().unwrap();
     let files = |v: &SimVfs| {
         ["0.chunk", "1.chunk", "2.chunk", "0.loc", "meta.zr"]
             .map(|f| v.read_file(std::path::Path::new(&format!("/s/{f}"))))
@@ -322,6 +323,7 @@ fn a_record_too_large_to_place_stops_compaction_before_any_move() {
     e.delete(&[0, 2]).unwrap();
     model_delete(&mut model, &[0, 2], 1);
     assert_matches(&e, &model);
+    e.sync().unwrap();
     let cut = v.snapshot().crash_image(0);
     let r = Engine::open_with("/s", OpenMode::ReadOnly, at(&cut, 512)).unwrap();
     assert_matches(&r, &model);

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use zrecord_engine::sim::{SimRng, SimVfs};
-use zrecord_engine::{Codec, CreateOptions, Engine, fuzzing};
+use zrecord_engine::{Codec, CreateOptions, Durability, Engine, fuzzing};
 
 fn seed_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -74,6 +74,30 @@ fn pending_moves_image() -> Vec<u8> {
     unreachable!("the loop returns or fails")
 }
 
+/// A deferring writer killed after two deferred deletes and an append (a
+/// `durable.zr` with a delete log), encoded as a `store_open` input.
+fn deferred_deletes_image() -> Vec<u8> {
+    let v = SimVfs::new();
+    let dir = Path::new("/s");
+    let opts = CreateOptions {
+        durability: Durability::AtSync,
+        ..CreateOptions::new(Codec::Zstd)
+    };
+    let mut e = Engine::create_with(dir, &opts, fuzzing::cfg(&v)).unwrap();
+    let recs: Vec<u8> = (0..150u32).map(|i| (i * 5 % 11) as u8).collect();
+    let offsets: Vec<usize> = (0..=15).map(|k| k * 10).collect();
+    e.append_var(&recs, &offsets).unwrap();
+    e.sync().unwrap();
+    e.delete(&[1]).unwrap();
+    e.delete(&[3, 9]).unwrap();
+    e.append_var(&[7; 12], &[0, 12]).unwrap();
+    let img = v.snapshot().kill_image();
+    std::mem::forget(e);
+    let marker = img.read_file(&dir.join("durable.zr")).unwrap();
+    assert!(marker.len() > 100, "the marker holds a delete log");
+    fuzzing::encode_image(&img, dir)
+}
+
 fn maybe_write(target: &str, name: &str, data: &[u8]) {
     if std::env::var("ZRECORD_WRITE_FUZZ_SEEDS").is_ok() {
         std::fs::create_dir_all(seed_dir(target)).unwrap();
@@ -101,8 +125,14 @@ fn store_open_corpus_replays_without_panic() {
         fuzzing::store_open(&img),
         "the image with a pending move intent must open"
     );
+    let img = deferred_deletes_image();
+    maybe_write("store_open", "deferred_deletes.bin", &img);
+    assert!(
+        fuzzing::store_open(&img),
+        "the image with a delete log must open"
+    );
     let all = inputs("store_open");
-    assert!(all.len() >= 4);
+    assert!(all.len() >= 5);
     for data in &all {
         let _ = fuzzing::store_open(data);
         // And every single-byte flip of the seeds' first 200 bytes.

@@ -185,14 +185,17 @@ fn a_mapped_table_reads_as_a_copied_one_over_pending_intents_and_rollbacks() {
     }
     e.sync().unwrap();
     v.record(true);
-    // Deferred appends (a marker), then a delete across segments (an intent).
+    // Deferred appends (a marker), a deferred delete across segments (its
+    // log), then a durable one (an intent).
     for r in &recs[7..] {
         e.append_var(r, &[0, r.len()]).unwrap();
     }
     e.delete(&[0, 3, 5]).unwrap();
+    e.set_durability(Durability::EachAppend).unwrap();
+    e.delete(&[1, 6]).unwrap();
     v.record(false);
     drop(e);
-    let (mut intents, mut rollbacks, mut mapped) = (0, 0, 0);
+    let (mut intents, mut rollbacks, mut mapped, mut logged) = (0, 0, 0, 0);
     for s in v.take_snapshots() {
         for image in [s.kill_image(), s.crash_image(1), s.crash_image(2)] {
             let open = || Engine::open_with(dir, OpenMode::ReadOnly, common::sim(&image));
@@ -221,11 +224,14 @@ fn a_mapped_table_reads_as_a_copied_one_over_pending_intents_and_rollbacks() {
             let rolled = image.read_file(&dir.join("durable.zr")).is_some()
                 && got.as_ref().is_ok_and(|g| g.0.len() == 7);
             rollbacks += usize::from(rolled);
+            let deferred_delete = image.read_file(&dir.join("durable.zr")).is_some()
+                && got.as_ref().is_ok_and(|g| g.0.len() == 8);
+            logged += usize::from(deferred_delete);
         }
     }
     assert!(
-        mapped > 0 && intents > 0 && rollbacks > 0,
-        "{mapped} {intents} {rollbacks}"
+        mapped > 0 && intents > 0 && rollbacks > 0 && logged > 0,
+        "{mapped} {intents} {rollbacks} {logged}"
     );
 }
 

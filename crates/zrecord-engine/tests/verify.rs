@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 use zrecord_engine::sim::SimVfs;
-use zrecord_engine::{Codec, CreateOptions, Engine, EngineConfig, OpenMode, ReadPath};
+use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode, ReadPath};
 
 fn cfg(v: &SimVfs) -> EngineConfig {
     EngineConfig {
@@ -58,33 +58,52 @@ fn verify_reports_every_bad_record() {
 /// Regression: a read-only handle applies a pending delete intent in memory
 /// only (the loc files still hold the entries from before the delete), and
 /// `verify` compared memory with the loc files, so it reported the swapped
-/// records of a sound store as bad.
+/// records of a sound store as bad. The same holds for a deferred delete
+/// its killed process left unfinished (finished from `durable.zr`'s log).
 #[test]
 fn verify_on_a_read_only_handle_with_a_pending_delete_is_clean() {
-    let v = SimVfs::new();
-    let dir = Path::new("/s");
-    let mut e = Engine::create_with(dir, &CreateOptions::new(Codec::Raw), cfg(&v)).unwrap();
-    let data: Vec<u8> = (0..60u8).collect();
-    e.append_fixed(&data, 6).unwrap();
-    e.sync().unwrap();
-    v.record(true);
-    e.delete(&[1, 4]).unwrap();
-    v.record(false);
-    drop(e);
-    let mut checked = 0;
-    for s in v.take_snapshots() {
-        // A killed deleter: the intent is written, the entries may not be.
-        let image = s.kill_image();
-        let Ok(ro) = Engine::open_with(dir, OpenMode::ReadOnly, cfg(&image)) else {
-            continue;
+    for (durability, pending) in [
+        (Durability::EachAppend, "intent.zr"),
+        (Durability::AtSync, "durable.zr"),
+    ] {
+        let v = SimVfs::new();
+        let dir = Path::new("/s");
+        let opts = CreateOptions {
+            durability,
+            ..CreateOptions::new(Codec::Raw)
         };
-        if image.read_file(&dir.join("intent.zr")).is_some() && ro.len() == 8 {
-            let rep = ro.verify().unwrap();
-            assert!(rep.is_ok(), "{rep:?}");
-            checked += 1;
+        let mut e = Engine::create_with(dir, &opts, cfg(&v)).unwrap();
+        let data: Vec<u8> = (0..60u8).collect();
+        e.append_fixed(&data, 6).unwrap();
+        e.sync().unwrap();
+        v.record(true);
+        e.delete(&[1, 4]).unwrap();
+        v.record(false);
+        // And after its last write (a deferred delete's is its log record).
+        let mut snaps = v.take_snapshots();
+        snaps.push(v.snapshot());
+        drop(e);
+        let (mut checked, mut unfinished) = (0, 0);
+        for s in snaps {
+            // A killed deleter: the intent or log record is written, the
+            // entries may not be.
+            let image = s.kill_image();
+            let Ok(ro) = Engine::open_with(dir, OpenMode::ReadOnly, cfg(&image)) else {
+                continue;
+            };
+            if image.read_file(&dir.join(pending)).is_some() && ro.len() == 8 {
+                let rep = ro.verify().unwrap();
+                assert!(rep.is_ok(), "{durability:?}: {rep:?}");
+                checked += 1;
+                let on_disk = image.read_file(&dir.join("meta.zr")).unwrap();
+                unfinished += usize::from(on_disk[14..22] == 10u64.to_le_bytes());
+            }
         }
+        assert!(
+            checked > 0 && unfinished > 0,
+            "{durability:?}: no crash point with a pending delete ({checked}, {unfinished})"
+        );
     }
-    assert!(checked > 0, "no crash point with a pending delete");
 }
 
 /// Regression: `verify` wrote a record's failed gather into its report as

@@ -16,14 +16,15 @@ become durable (see below), and every failure is a precise
 :class:`ZrecordError` subclass (``StoreBusy``, ``IndexOutOfRange`` which is
 also an ``IndexError``, ...).
 
-Durability. With the default ``durability="at_sync"`` an append reaches the
-page cache and returns, as in loaderx 1.7.2: it survives the process being
-killed, and becomes durable against a power cut at ``sync()``, ``close()``
-(or leaving the ``with`` block), ``delete`` or ``compact``. Unlike the
-reference, a power cut before that rolls the store back to its last durable
-state (the reference's header could then name records whose bytes never
-reached the disk). ``durability="each_append"`` makes
-every append durable on return, at the cost of three disk flushes per call.
+Durability. With the default ``durability="at_sync"`` an append (and a
+delete of up to 8,192 records) reaches the page cache and returns, as in
+loaderx 1.7.2: it survives the process being killed, and becomes durable
+against a power cut at ``sync()``, ``close()`` (or leaving the ``with``
+block) or ``compact``. Unlike the reference, a power cut before that rolls
+the store back to its last durable state (the reference's header could then
+name records whose bytes never reached the disk). ``durability="each_append"``
+makes every append and delete durable on return, at the cost of three disk
+flushes per append call and about five per delete call.
 A handle inherited by a forked process can be read there, but not written
 through (``ZrecordError``), and its ``sync``/``close`` there raise while the
 opener has appends that are not yet durable: open the store in that process.
@@ -629,9 +630,9 @@ class _Base:
         return self._open().has_dict()
 
     def sync(self):
-        """Make every append so far durable: flush payloads, record
-        locations, then the header (and drop the ``durable.zr`` marker that
-        protected deferred appends)."""
+        """Make every append and delete so far durable: flush payloads,
+        record locations, then the header (and drop the ``durable.zr``
+        marker that protected deferred work)."""
         self._open().sync()
 
     def delete(self, idx):
@@ -641,10 +642,16 @@ class _Base:
         racing it reads each record whole, at its old or its new index (or
         raises ``IndexOutOfRange`` for an index past the new length).
 
-        Durable when it returns, whatever the store's ``durability``: about
-        five disk flushes per call however many records it removes (about
-        1 ms on a fast disk; loaderx 1.7.2 flushes nothing). Pass every
-        index to remove in one call rather than one call per record."""
+        With ``durability="at_sync"`` (the default) a delete of up to 8,192
+        records (4,096 in a ragged store) is deferred like an append: a killed process keeps it, and
+        it is durable at the next :meth:`sync`, :meth:`close` or
+        :meth:`compact` (a power cut before that undoes it with the appends
+        since the last sync). It only logs itself: the next append or sync
+        writes pending deletes in place after one flush of that log, which
+        lets such a roll-back restore what they overwrote. Larger
+        deletes, and every delete under ``"each_append"``, are durable when
+        they return: about five disk flushes per call however many records
+        they remove. Either way, one call with every index beats a loop."""
         idxs = self._idxs(idx)
         self._open().delete(idxs)
 
