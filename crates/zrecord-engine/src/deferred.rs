@@ -40,8 +40,8 @@
 //! u8, 2 zero bytes, the durable `meta.zr` (32 bytes), the boot id, FNV-1a 64
 //! of all preceding bytes; then the log, records of: body length u32, body,
 //! FNV-1a 64 of the length and body. A delete's body: kind u8 (1), 3 zero
-//! bytes, undo count u32, redo count u32, 4 zero bytes, the new header (32
-//! bytes), then that many (slot u64, entry 16 bytes) pairs, undo first. A
+//! bytes, undo count u32, redo count u32, 4 zero bytes, the header before
+//! and the header after the delete (32 bytes each), then that many (slot u64, entry 16 bytes) pairs, undo first. A
 //! done record's body: kind 2, 3 zero bytes. The log ends at the first record
 //! that fails its checksum.
 
@@ -131,6 +131,9 @@ pub(crate) enum LogRecord {
         /// Entries as they were before this delete overwrote them, for the
         /// slots first overwritten since the marker (a roll-back's).
         undo: Vec<(u64, Loc)>,
+        /// The header before the delete (in memory: `meta.zr` holds it
+        /// when no delete before this one is pending).
+        prev: Header,
         /// The header the delete writes.
         header: Header,
         /// The entries it writes (an interrupted delete's roll-forward).
@@ -162,7 +165,7 @@ pub(crate) struct DeleteLog {
 
 const KIND_DELETE: u8 = 1;
 const KIND_DONE: u8 = 2;
-const DELETE_FIXED: usize = 16 + META_SIZE;
+const DELETE_FIXED: usize = 16 + 2 * META_SIZE;
 const PAIR: usize = 8 + LOC_SIZE;
 
 impl LogRecord {
@@ -170,12 +173,18 @@ impl LogRecord {
     pub fn encode(&self) -> Vec<u8> {
         let mut body = Vec::new();
         match self {
-            LogRecord::Delete { undo, header, redo } => {
+            LogRecord::Delete {
+                undo,
+                prev,
+                header,
+                redo,
+            } => {
                 body.reserve(DELETE_FIXED + PAIR * (undo.len() + redo.len()));
                 body.extend_from_slice(&[KIND_DELETE, 0, 0, 0]);
                 body.extend_from_slice(&(undo.len() as u32).to_le_bytes());
                 body.extend_from_slice(&(redo.len() as u32).to_le_bytes());
                 body.extend_from_slice(&[0; 4]);
+                body.extend_from_slice(&prev.encode());
                 body.extend_from_slice(&header.encode());
                 for (slot, loc) in undo.iter().chain(redo) {
                     body.extend_from_slice(&slot.to_le_bytes());
@@ -225,14 +234,20 @@ impl LogRecord {
                 {
                     return None;
                 }
-                let header = Header::decode(&body[16..DELETE_FIXED]).ok()?;
+                let prev = Header::decode(&body[16..16 + META_SIZE]).ok()?;
+                let header = Header::decode(&body[16 + META_SIZE..DELETE_FIXED]).ok()?;
                 let mut pairs = body[DELETE_FIXED..].chunks_exact(PAIR).map(|p| {
                     let slot = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
                     (slot, Loc::decode(p[8..].try_into().expect("16 bytes")))
                 });
                 let undo = pairs.by_ref().take(nu).collect();
                 let redo = pairs.collect();
-                LogRecord::Delete { undo, header, redo }
+                LogRecord::Delete {
+                    undo,
+                    prev,
+                    header,
+                    redo,
+                }
             }
             _ => return None,
         };
@@ -299,28 +314,49 @@ impl Marker {
     }
 
     /// The deletes after the last *done* record, whose process died before
-    /// it wrote them all in place: the header the last one leaves, and the
-    /// entries they write below its length (a later one for a slot wins).
-    pub fn unfinished(&self) -> Option<(Header, BTreeMap<u64, Loc>)> {
+    /// it wrote them all in place: the header before the first of them
+    /// (what `meta.zr` holds if none of their writes was issued), the
+    /// header the last one leaves, and the entries they write below its
+    /// length (a later one for a slot wins).
+    pub fn unfinished(&self) -> Option<Unfinished> {
         let from = self
             .log
             .iter()
             .rposition(|r| *r == LogRecord::Done)
             .map_or(0, |i| i + 1);
-        let mut last = None;
-        let mut entries = BTreeMap::new();
+        let mut out: Option<Unfinished> = None;
         for r in &self.log[from..] {
-            if let LogRecord::Delete { header, redo, .. } = r {
-                last = Some(*header);
-                entries.extend(redo.iter().copied());
+            if let LogRecord::Delete {
+                prev, header, redo, ..
+            } = r
+            {
+                let u = out.get_or_insert_with(|| Unfinished {
+                    before: *prev,
+                    header: *header,
+                    entries: BTreeMap::new(),
+                });
+                u.header = *header;
+                u.entries.extend(redo.iter().copied());
             }
         }
         // A slot a later delete cut off keeps no entry.
-        last.map(|h: Header| {
-            entries.retain(|&i, _| i < h.length);
-            (h, entries)
-        })
+        if let Some(u) = &mut out {
+            let len = u.header.length;
+            u.entries.retain(|&i, _| i < len);
+        }
+        out
     }
+}
+
+/// Deletes a killed process logged but may not have written in place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Unfinished {
+    /// The header before the first of them.
+    pub before: Header,
+    /// The header the last one leaves.
+    pub header: Header,
+    /// The entries they write.
+    pub entries: BTreeMap<u64, Loc>,
 }
 
 #[cfg(test)]
@@ -353,6 +389,10 @@ mod tests {
     fn delete(undo: &[u64], length: u64, redo: &[u64]) -> LogRecord {
         LogRecord::Delete {
             undo: undo.iter().map(|&i| (i, loc(i as u32))).collect(),
+            prev: Header {
+                length: length + 1,
+                ..marker().header
+            },
             header: Header {
                 length,
                 ..marker().header
@@ -432,6 +472,7 @@ mod tests {
                 LogRecord::Done,
                 LogRecord::Delete {
                     undo: vec![(5, loc(99)), (9, loc(9))],
+                    prev: marker().header,
                     header: marker().header,
                     redo: vec![],
                 },
@@ -444,7 +485,14 @@ mod tests {
             [(5, loc(5)), (9, loc(9))]
         );
         // The last delete has no done record: it is unfinished.
-        assert_eq!(m.unfinished(), Some((marker().header, BTreeMap::new())));
+        assert_eq!(
+            m.unfinished(),
+            Some(Unfinished {
+                before: marker().header,
+                header: marker().header,
+                entries: BTreeMap::new()
+            })
+        );
         let done = Marker {
             log: vec![delete(&[1], 1233, &[1]), LogRecord::Done],
             ..marker()
@@ -461,11 +509,11 @@ mod tests {
             ],
             ..marker()
         };
-        let (h, e) = two.unfinished().unwrap();
-        assert_eq!(h.length, 1231);
+        let u = two.unfinished().unwrap();
+        assert_eq!((u.before.length, u.header.length), (1233, 1231));
         // 1231 was cut off by the last delete.
         assert_eq!(
-            e.into_iter().collect::<Vec<_>>(),
+            u.entries.into_iter().collect::<Vec<_>>(),
             [(4, loc(104)), (6, loc(106))]
         );
     }

@@ -945,11 +945,18 @@ impl Engine {
                     rolled_back = m.header != header || !log_overlay.is_empty();
                     header_moved = m.header != header;
                     header = m.header;
-                } else if let Some((h, redo)) = m.unfinished() {
-                    same_codec(&h)?;
-                    header_moved = h != header;
-                    header = h;
-                    log_overlay = redo;
+                } else if let Some(u) = m.unfinished()
+                    && (header == u.before || header == u.header)
+                {
+                    // Finished only over the state they were logged
+                    // against (their writes not issued, or issued up to
+                    // the header): a `meta.zr` that is neither was written
+                    // by another writer since (loaderx 1.7.2 ignores the
+                    // marker), whose state stands.
+                    same_codec(&u.header)?;
+                    header_moved = u.header != header;
+                    header = u.header;
+                    log_overlay = u.entries;
                 }
             }
         }

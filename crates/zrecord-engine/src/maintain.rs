@@ -143,8 +143,8 @@ impl Engine {
     fn delete_deferred(&self, len: u64, header: &Header, entries: &[(u64, Loc)]) -> Result<()> {
         let new_len = header.length;
         // The record's size, at most (every overwritten slot logged: 24
-        // bytes a pair, 60 of frame and header), and a done record's.
-        let need = 60 + 24 * (entries.len() as u64 + (len - new_len)) + 16;
+        // bytes a pair, 92 of frame and headers), and a done record's.
+        let need = 92 + 24 * (entries.len() as u64 + (len - new_len)) + 16;
         let room = self
             .log
             .lock()
@@ -182,6 +182,7 @@ impl Engine {
             .collect();
         let bytes = LogRecord::Delete {
             undo: undo.clone(),
+            prev: st.header,
             header: *header,
             redo: entries.to_vec(),
         }

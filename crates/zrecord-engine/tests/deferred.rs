@@ -197,6 +197,56 @@ fn deferred_deletes_fsync_once_per_flush_and_roll_back_with_the_appends() {
     assert_eq!(read_all(&r).unwrap(), model, "durable after the sync");
 }
 
+/// A writer killed with deletes still pending, then loaderx 1.7.2 (which
+/// ignores `durable.zr`) appends to the store before this package opens it
+/// again: the log's deletes were logged against another state, so they are
+/// not finished over the foreign append, which stands.
+#[test]
+fn pending_deletes_are_not_finished_over_a_foreign_writers_changes() {
+    let _g = serial();
+    let v = SimVfs::new();
+    let big = |v: &SimVfs| EngineConfig {
+        chunk_capacity: 8192,
+        ..cfg(v)
+    };
+    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    e.delete(&[1]).unwrap();
+    e.delete(&[0]).unwrap();
+    let killed = v.snapshot().kill_image();
+    std::mem::forget(e);
+    // The reference's append of rec(9), by hand: bytes at the frontier of
+    // chunk 0, an entry at slot 6 (segment 1 of 4-entry segments), then
+    // meta.zr with the new frontier and length.
+    let dir = Path::new(DIR);
+    let mut meta = killed.read_file(&dir.join("meta.zr")).unwrap();
+    assert_eq!(u64::from_le_bytes(meta[14..22].try_into().unwrap()), 6);
+    assert_eq!(u32::from_le_bytes(meta[6..10].try_into().unwrap()), 0);
+    let tail = u32::from_le_bytes(meta[10..14].try_into().unwrap());
+    let r = rec(9);
+    let mut chunk = killed.read_file(&dir.join("0.chunk")).unwrap();
+    chunk.truncate(tail as usize);
+    chunk.extend_from_slice(&r);
+    killed.write_file(&dir.join("0.chunk"), &chunk);
+    let mut seg = killed.read_file(&dir.join("1.loc")).unwrap();
+    assert_eq!(seg.len(), 32, "slots 4 and 5");
+    let n = r.len() as u32;
+    // offset, stored length, logical length, chunk.
+    for x in [tail, n, n, 0] {
+        seg.extend_from_slice(&x.to_le_bytes());
+    }
+    killed.write_file(&dir.join("1.loc"), &seg);
+    meta[10..14].copy_from_slice(&(tail + n).to_le_bytes());
+    meta[14..22].copy_from_slice(&7u64.to_le_bytes());
+    killed.write_file(&dir.join("meta.zr"), &meta);
+
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let r = Engine::open_with(DIR, mode, big(&killed)).unwrap();
+        expect_tags(&r, &[0, 1, 2, 3, 4, 5, 9]);
+    }
+}
+
 #[test]
 fn verify_writes_pending_deletes_in_place_before_it_compares_the_loc_files() {
     let _g = serial();
