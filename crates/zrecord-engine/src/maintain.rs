@@ -142,9 +142,11 @@ impl Engine {
     /// loop of deletes costs one fsync, at the next sync, append or verify.
     fn delete_deferred(&self, len: u64, header: &Header, entries: &[(u64, Loc)]) -> Result<()> {
         let new_len = header.length;
-        // The record's size, at most (every overwritten slot logged: 24
-        // bytes a pair, 60 of frame and header), and a done record's.
-        let need = 60 + 24 * (entries.len() as u64 + (len - new_len)) + 16;
+        // The record's size, at most, and a done record's: 60 bytes of
+        // frame and header, 24 a pair, for a redo pair per entry and an
+        // undo pair per overwritten slot (each entry's hole and each freed
+        // tail slot, when first overwritten since the marker).
+        let need = 60 + 24 * (2 * entries.len() as u64 + (len - new_len)) + 16;
         let room = self
             .log
             .lock()
