@@ -1255,13 +1255,16 @@ impl Engine {
         if !read_only {
             if !log_overlay.is_empty() {
                 let entries: Vec<(u64, Loc)> = log_overlay.into_iter().collect();
+                // A failed write poisons the handle: dropped on the way
+                // out, it must not settle (fsync and remove the marker)
+                // a half-written roll-back.
                 crate::maintain::write_entries(
                     &engine.read_state(),
                     &engine.dir,
                     seg,
                     &entries,
                     false,
-                    &|e| e,
+                    &|e| engine.poison(e),
                 )?;
             }
             if header_moved {

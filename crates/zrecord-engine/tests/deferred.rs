@@ -559,3 +559,48 @@ fn cfg_on(cfg: &EngineConfig, v: &SimVfs) -> EngineConfig {
         ..cfg.clone()
     }
 }
+
+#[test]
+fn an_open_whose_roll_back_write_fails_leaves_the_marker_for_the_next_one() {
+    // A power cut kept a flushed delete's entry but not its header: the
+    // roll-back must put the entry back. When that write fails, the failed
+    // open must not make the half-rolled-back files durable and remove the
+    // marker (its handle, dropped on the way out, settled them).
+    let _g = serial();
+    let v = SimVfs::new();
+    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    let synced = read_all(&e).unwrap();
+    e.delete(&[0]).unwrap();
+    assert!(e.verify().unwrap().is_ok(), "writes the delete in place");
+    let snap = v.snapshot();
+    std::mem::forget(e);
+    let loc = Path::new(DIR).join("0.loc");
+    let meta = Path::new(DIR).join("meta.zr");
+    let (loc0, meta0) = (v.read_file(&loc).unwrap(), v.read_file(&meta).unwrap());
+    let torn = (2..500)
+        .map(|seed| snap.crash_image(seed))
+        .find(|img| {
+            let l = img.read_file(&loc).unwrap();
+            // The moved entry landed, the header did not.
+            l[..16] == loc0[..16] && img.read_file(&meta).unwrap() != meta0
+        })
+        .expect("a power cut that keeps the entry and drops the header");
+    let mut failed_opens = 0;
+    for n in 0..60 {
+        let img = torn.fork();
+        img.fail_at(Some(n));
+        let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&img));
+        img.fail_at(None);
+        if r.is_ok() {
+            continue;
+        }
+        failed_opens += 1;
+        let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&img))
+            .unwrap_or_else(|err| panic!("call {n}: reopen failed: {err}"));
+        assert_eq!(read_all(&r).unwrap(), synced, "call {n} failed");
+        assert!(r.verify().unwrap().is_ok(), "call {n}");
+    }
+    assert!(failed_opens > 5);
+}
