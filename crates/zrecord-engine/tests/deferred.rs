@@ -604,3 +604,40 @@ fn an_open_whose_roll_back_write_fails_leaves_the_marker_for_the_next_one() {
     }
     assert!(failed_opens > 5);
 }
+
+#[cfg(unix)]
+#[test]
+fn a_forked_child_verifies_clean_while_the_opener_has_deferred_deletes() {
+    // The child reads through a copy of the opener's table, which holds
+    // deletes whose entries reach the loc files only at the opener's next
+    // flush (the child may not write them): those slots are not compared.
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let mut e = Engine::create(&path, &deferred(Codec::Raw)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    e.delete(&[1, 3]).unwrap();
+    assert!(path.join("durable.zr").exists(), "the delete was deferred");
+    // SAFETY: the child only reads through the engine and leaves with
+    // `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = match e.verify() {
+            Ok(r) if r.is_ok() && r.records == 4 => 0,
+            Ok(_) => 1,
+            Err(_) => 2,
+        };
+        // SAFETY: ends the child without running the parent's exit code
+        // (or the handle's drop).
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status), "child crashed: {status}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "the child's verify");
+    // The opener's own verify writes the deletes in place first.
+    assert!(e.verify().unwrap().is_ok());
+    expect_tags(&e, &[0, 4, 2, 5]);
+}
