@@ -1262,13 +1262,16 @@ impl Engine {
         if !read_only {
             if !log_overlay.is_empty() {
                 let entries: Vec<(u64, Loc)> = log_overlay.into_iter().collect();
+                // A failed write poisons the handle: dropped on the way
+                // out, it must not settle (fsync and remove the marker)
+                // a half-written roll-back.
                 crate::maintain::write_entries(
                     &engine.read_state(),
                     &engine.dir,
                     seg,
                     &entries,
                     false,
-                    &|e| e,
+                    &|e| engine.poison(e),
                 )?;
             }
             if header_moved {
@@ -1435,9 +1438,11 @@ impl Engine {
             if let Some(h) = h {
                 let _ = self.meta.file.write_at(&h.encode(), 0);
             }
-            // And the entries deferred deletes overwrote since.
-            let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(log) = log.as_ref().filter(|l| !l.undo.is_empty()) {
+            // And the entries deferred deletes overwrote since; a done
+            // record then keeps an open on this boot from finishing the
+            // deletes the error gave up.
+            let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(log) = log.as_mut() {
                 let undo: Vec<(u64, Loc)> = log.undo.iter().map(|(&i, &l)| (i, l)).collect();
                 let _ = crate::maintain::write_entries(
                     &self.read_state(),
@@ -1447,6 +1452,10 @@ impl Engine {
                     false,
                     &|e| e,
                 );
+                let done = crate::deferred::LogRecord::Done.encode();
+                if log.file.write_at(&done, log.end).is_ok() {
+                    log.end += done.len() as u64;
+                }
             }
         }
         r

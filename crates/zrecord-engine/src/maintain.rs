@@ -142,9 +142,11 @@ impl Engine {
     /// loop of deletes costs one fsync, at the next sync, append or verify.
     fn delete_deferred(&self, len: u64, header: &Header, entries: &[(u64, Loc)]) -> Result<()> {
         let new_len = header.length;
-        // The record's size, at most (every overwritten slot logged: 24
-        // bytes a pair, 92 of frame and headers), and a done record's.
-        let need = 92 + 24 * (entries.len() as u64 + (len - new_len)) + 16;
+        // The record's size, at most, and a done record's: 92 bytes of
+        // frame and headers, 24 a pair, for a redo pair per entry and an
+        // undo pair per overwritten slot (each entry's hole and each freed
+        // tail slot, when first overwritten since the marker).
+        let need = 92 + 24 * (2 * entries.len() as u64 + (len - new_len)) + 16;
         let room = self
             .log
             .lock()

@@ -519,3 +519,205 @@ fn a_forked_child_cannot_report_the_openers_deferred_appends_durable() {
     let r = Engine::open(&path, OpenMode::ReadOnly).unwrap();
     expect(&r, 0..3);
 }
+
+/// The whole marker an open reads (`MAX_MARKER_BYTES`).
+const MAX_MARKER: usize = 16 << 20;
+
+fn marker_len(v: &SimVfs) -> usize {
+    v.read_file(&Path::new(DIR).join("durable.zr"))
+        .map_or(0, |b| b.len())
+}
+
+#[test]
+fn a_delete_that_would_take_the_log_past_its_limit_starts_a_new_marker() {
+    // A delete is logged only when its record fits under the limit (past
+    // it, an open reads a torn record and loses its undo entries). The
+    // first delete of fresh slots logs each hole and each freed tail slot
+    // as undo, besides its redo entries: the record is 72 bytes a moved
+    // slot, not 48, so the room check must count both.
+    let _g = serial();
+    let v = SimVfs::new();
+    let cfg = EngineConfig {
+        vfs: std::sync::Arc::new(v.clone()),
+        read_path: zrecord_engine::ReadPath::Pread,
+        ..EngineConfig::default()
+    };
+    const B: u64 = 8192;
+    let n = 3 * B;
+    let tag = |t: u64| (t as u32).to_le_bytes();
+    let batch = |from: u64| -> (Vec<u8>, Vec<usize>) {
+        let data: Vec<u8> = (from..from + B).flat_map(tag).collect();
+        let offsets = (0..=B as usize).map(|i| 4 * i).collect();
+        (data, offsets)
+    };
+    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg.clone()).unwrap();
+    for b in 0..3 {
+        let (d, o) = batch(b * B);
+        e.append_var(&d, &o).unwrap();
+    }
+    e.sync().unwrap();
+    // Fill the log: append a batch past the marker's length, then delete
+    // slots 0..B (each takes one of the batch's entries, and frees a slot
+    // the marker does not name). Slots B..n are never touched.
+    let holes: Vec<u64> = (0..B).collect();
+    let mut next = n;
+    loop {
+        let left = MAX_MARKER - marker_len(&v);
+        if left < 60 + 72 * B as usize {
+            break;
+        }
+        let (d, o) = batch(next);
+        next += B;
+        e.append_var(&d, &o).unwrap();
+        e.delete(&holes).unwrap();
+    }
+    // The largest delete of fresh holes whose record the 48-byte count
+    // lets in although it does not fit.
+    let left = MAX_MARKER - marker_len(&v);
+    let h = (((left - 76) / 48) as u64).min(B);
+    assert!(60 + 72 * h as usize > left, "the test's arithmetic");
+    let before = read_all(&e).unwrap();
+    let fresh: Vec<u64> = (B..B + h).collect();
+    e.delete(&fresh).unwrap();
+    let after = read_all(&e).unwrap();
+    assert!(
+        marker_len(&v) <= MAX_MARKER,
+        "durable.zr grew to {} bytes, past the {MAX_MARKER} an open reads",
+        marker_len(&v)
+    );
+    // Killed: the delete stays.
+    let killed = v.snapshot().kill_image();
+    let r = Engine::open_with(DIR, OpenMode::ReadOnly, cfg_on(&cfg, &killed)).unwrap();
+    assert!(read_all(&r).unwrap() == after, "a kill keeps the delete");
+    drop(r);
+    // Written in place, then a power cut that keeps those writes: the
+    // roll-back restores what the delete overwrote.
+    assert!(e.verify().unwrap().is_ok());
+    let cut = v.snapshot().crash_image(1);
+    let r = Engine::open_with(DIR, OpenMode::ReadOnly, cfg_on(&cfg, &cut)).unwrap();
+    assert!(
+        read_all(&r).unwrap() == before,
+        "a power cut rolls it back, restoring every slot it overwrote"
+    );
+    drop(r);
+    drop(e);
+}
+
+fn cfg_on(cfg: &EngineConfig, v: &SimVfs) -> EngineConfig {
+    EngineConfig {
+        vfs: std::sync::Arc::new(v.clone()),
+        ..cfg.clone()
+    }
+}
+
+#[test]
+fn an_open_whose_roll_back_write_fails_leaves_the_marker_for_the_next_one() {
+    // A power cut kept a flushed delete's entry but not its header: the
+    // roll-back must put the entry back. When that write fails, the failed
+    // open must not make the half-rolled-back files durable and remove the
+    // marker (its handle, dropped on the way out, settled them).
+    let _g = serial();
+    let v = SimVfs::new();
+    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    let synced = read_all(&e).unwrap();
+    e.delete(&[0]).unwrap();
+    assert!(e.verify().unwrap().is_ok(), "writes the delete in place");
+    let snap = v.snapshot();
+    std::mem::forget(e);
+    let loc = Path::new(DIR).join("0.loc");
+    let meta = Path::new(DIR).join("meta.zr");
+    let (loc0, meta0) = (v.read_file(&loc).unwrap(), v.read_file(&meta).unwrap());
+    let torn = (2..500)
+        .map(|seed| snap.crash_image(seed))
+        .find(|img| {
+            let l = img.read_file(&loc).unwrap();
+            // The moved entry landed, the header did not.
+            l[..16] == loc0[..16] && img.read_file(&meta).unwrap() != meta0
+        })
+        .expect("a power cut that keeps the entry and drops the header");
+    let mut failed_opens = 0;
+    for n in 0..60 {
+        let img = torn.fork();
+        img.fail_at(Some(n));
+        let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&img));
+        img.fail_at(None);
+        if r.is_ok() {
+            continue;
+        }
+        failed_opens += 1;
+        let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&img))
+            .unwrap_or_else(|err| panic!("call {n}: reopen failed: {err}"));
+        assert_eq!(read_all(&r).unwrap(), synced, "call {n} failed");
+        assert!(r.verify().unwrap().is_ok(), "call {n}");
+    }
+    assert!(failed_opens > 5);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_forked_child_verifies_clean_while_the_opener_has_deferred_deletes() {
+    // The child reads through a copy of the opener's table, which holds
+    // deletes whose entries reach the loc files only at the opener's next
+    // flush (the child may not write them): those slots are not compared.
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let mut e = Engine::create(&path, &deferred(Codec::Raw)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    e.delete(&[1, 3]).unwrap();
+    assert!(path.join("durable.zr").exists(), "the delete was deferred");
+    // SAFETY: the child only reads through the engine and leaves with
+    // `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = match e.verify() {
+            Ok(r) if r.is_ok() && r.records == 4 => 0,
+            Ok(_) => 1,
+            Err(_) => 2,
+        };
+        // SAFETY: ends the child without running the parent's exit code
+        // (or the handle's drop).
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status), "child crashed: {status}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "the child's verify");
+    // The opener's own verify writes the deletes in place first.
+    assert!(e.verify().unwrap().is_ok());
+    expect_tags(&e, &[0, 4, 2, 5]);
+}
+
+/// Review of deferred deletes: a `sync` that fails (at any of its calls)
+/// says the deferred work since the last durable point is lost, and puts
+/// the store back to it; a reopen on the same boot must not finish the
+/// deletes the log holds (it did when the log's fsync failed: their
+/// records had no *done* record after them).
+#[test]
+fn a_failed_sync_abandons_the_deletes_it_could_not_make_durable() {
+    let _g = serial();
+    let mut checked = 0;
+    for call in 0..40u64 {
+        let v = SimVfs::new();
+        let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
+        append(&e, 0..6);
+        e.sync().unwrap();
+        e.delete(&[1]).unwrap();
+        e.delete(&[0]).unwrap();
+        v.fail_at(Some(call));
+        let failed = e.sync().is_err();
+        v.fail_at(None);
+        if !failed {
+            break;
+        }
+        drop(e);
+        let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&v)).unwrap();
+        expect(&r, 0..6);
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} failing calls");
+}
