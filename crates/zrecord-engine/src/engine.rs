@@ -1711,7 +1711,7 @@ impl Engine {
 }
 
 impl Drop for Engine {
-    /// Makes deferred appends durable (best effort: [`Engine::close`]
+    /// Makes deferred appends and deletes durable (best effort: [`Engine::close`]
     /// reports a failure; after one, the next open recovers).
     fn drop(&mut self) {
         if !self.read_only && !self.poisoned.load(Ordering::Acquire) && self.in_opener() {
