@@ -158,10 +158,7 @@ fn dense(a: &[String]) {
     // Deferred deletes (the default durability) reach the disk here.
     let t = Instant::now();
     e.sync().unwrap();
-    println!(
-        "sync after them: {:.1} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    println!("sync after them: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     let t = Instant::now();
     e.compact().unwrap();
     println!(
@@ -258,10 +255,7 @@ fn ragged(a: &[String]) {
     );
     let t = Instant::now();
     s.sync().unwrap();
-    println!(
-        "sync after them: {:.1} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    println!("sync after them: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     let t = Instant::now();
     s.compact().unwrap();
     println!(

@@ -274,6 +274,7 @@ impl Engine {
         // Publish.
         let mut st = self.write_state();
         st.table.to_mut().extend_from_slice(&locs);
+        st.live_bytes += locs.iter().map(|l| u64::from(l.phys_length)).sum::<u64>();
         let t = header.tail_chunk as usize;
         for (k, e) in ends.iter().enumerate() {
             if t + k < st.chunk_ends.len() {

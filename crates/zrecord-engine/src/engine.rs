@@ -128,6 +128,9 @@ pub(crate) struct State {
     pub chunk_ends: Vec<u64>,
     /// Loc segments that exist (at least those `length` needs).
     pub locs: Vec<Arc<Handle>>,
+    /// Stored bytes of the live records (the table's `phys_length` sum),
+    /// kept as records come and go so `stats` need not walk the table.
+    pub live_bytes: u64,
 }
 
 /// An open store: records of bytes, addressed `0..len`.
@@ -297,6 +300,7 @@ impl Engine {
             })],
             chunk_ends: vec![0],
             locs: Vec::new(),
+            live_bytes: 0,
         };
         Ok(Engine {
             dir,
@@ -1174,6 +1178,7 @@ impl Engine {
             None => vec![0u8; (4 << 20).min(length_usize.saturating_mul(LOC_SIZE))],
         };
         const BLOCK: u64 = (4 << 20) / LOC_SIZE as u64;
+        let mut live_bytes = 0u64;
         for (s, (h, &entries)) in locs.iter().zip(&seg_sizes).enumerate() {
             let mapped = maps.as_ref().map(|m| m[s].bytes());
             let mut done = 0u64;
@@ -1201,6 +1206,7 @@ impl Engine {
                     check_entry(&loc, index, &header, &chunk_ends).map_err(|d| {
                         Error::corrupted_record(&h.path, index, format!("its entry: {d}"))
                     })?;
+                    live_bytes += u64::from(loc.phys_length);
                     if let Some(t) = &mut owned {
                         t.push(loc);
                     }
@@ -1228,6 +1234,7 @@ impl Engine {
             chunks,
             chunk_ends,
             locs,
+            live_bytes,
         };
         let engine = Engine {
             dir,
@@ -1642,7 +1649,15 @@ impl Engine {
     /// Storage usage (physical records; no I/O).
     pub fn stats(&self) -> Stats {
         let st = self.read_state();
-        let live_bytes: u64 = st.table.iter().map(|l| u64::from(l.phys_length)).sum();
+        let live_bytes = st.live_bytes;
+        debug_assert_eq!(
+            live_bytes,
+            st.table
+                .iter()
+                .map(|l| u64::from(l.phys_length))
+                .sum::<u64>(),
+            "the live byte count drifted from the table"
+        );
         let chunk_bytes: u64 = st.chunk_ends.iter().sum();
         Stats {
             records: st.table.len(),

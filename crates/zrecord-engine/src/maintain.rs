@@ -124,6 +124,14 @@ impl Engine {
             self.clear_intent()?;
         }
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // The records that go are the ones at the deleted slots: a slot a
+        // record moved into is never deleted after (descending order).
+        let table = st.table.to_mut();
+        let gone: u64 = order
+            .iter()
+            .flat_map(|&g| (g * k..g * k + k).map(|s| u64::from(table[s as usize].phys_length)))
+            .sum();
+        st.live_bytes = st.live_bytes.saturating_sub(gone);
         for (slot, loc) in overlay {
             st.table.to_mut()[slot as usize] = loc;
         }

@@ -77,6 +77,9 @@ pub const CODECS: [Codec; 3] = [Codec::Raw, Codec::Zstd, Codec::ZstdDict];
 /// Reads every record of `e` with gather_var and compares with `model`.
 pub fn assert_matches(e: &Engine, model: &[Vec<u8>]) {
     assert_eq!(e.len(), model.len() as u64, "length");
+    // In a debug build `stats` also checks its running count of live bytes
+    // against the table.
+    assert_eq!(e.stats().records, model.len() as u64, "stats");
     let idx: Vec<u64> = (0..model.len() as u64).rev().collect();
     let mut lens = vec![0u64; idx.len()];
     e.record_lengths(&idx, &mut lens, None).unwrap();
