@@ -366,9 +366,19 @@ impl Marker {
         if let Some(u) = &mut out {
             let len = u.header.length;
             u.entries.retain(|&i, _| i < len);
+            // A slot an earlier delete cut off may have been appended to
+            // since (appends are not logged): what it held is unknown.
+            let freed = self.log[..from]
+                .iter()
+                .filter_map(|r| match r {
+                    LogRecord::Delete { header, .. } => Some(header.length),
+                    LogRecord::Done => None,
+                })
+                .min()
+                .unwrap_or(u64::MAX);
             u.prior = prior
                 .into_iter()
-                .filter(|(i, _)| u.entries.contains_key(i))
+                .filter(|(i, _)| u.entries.contains_key(i) && *i < freed)
                 .collect();
         }
         out
@@ -385,7 +395,8 @@ pub(crate) struct Unfinished {
     /// The entries they write.
     pub entries: BTreeMap<u64, Loc>,
     /// For the slots of `entries`: the entries the log knows they held
-    /// before these deletes (a slot appended since the marker has none).
+    /// before these deletes (none for a slot that may have been appended
+    /// to since the marker: past its length, or cut off by a delete).
     pub prior: BTreeMap<u64, Vec<Loc>>,
 }
 

@@ -285,6 +285,34 @@ fn pending_deletes_are_not_finished_over_a_foreign_delete_of_as_many_records() {
     }
 }
 
+/// A killed writer's pending delete of a slot that its earlier deletes cut
+/// off and an append then refilled: the log does not know what the append
+/// wrote there, and the delete is still finished (the check against a
+/// foreign writer above must not take that slot for one).
+#[test]
+fn pending_deletes_over_slots_refilled_by_an_append_are_finished() {
+    let _g = serial();
+    let v = SimVfs::new();
+    let big = |v: &SimVfs| EngineConfig {
+        chunk_capacity: 8192,
+        ..cfg(v)
+    };
+    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    for _ in 0..6 {
+        e.delete(&[0]).unwrap();
+    }
+    append(&e, 10..13);
+    e.delete(&[0]).unwrap();
+    let killed = v.snapshot().kill_image();
+    std::mem::forget(e);
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let r = Engine::open_with(DIR, mode, big(&killed)).unwrap();
+        expect_tags(&r, &[12, 11]);
+    }
+}
+
 #[test]
 fn verify_writes_pending_deletes_in_place_before_it_compares_the_loc_files() {
     let _g = serial();
