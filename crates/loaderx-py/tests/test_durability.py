@@ -121,6 +121,51 @@ def test_a_killed_deleter_loses_no_returned_delete(kind):
     assert not marker("s")
 
 
+ONE_DELETE = textwrap.dedent(r'''
+    import os, signal, sys
+    import numpy as np
+    from loaderx.zrecord import DenseStore, RaggedStore
+    path, kind = sys.argv[1], sys.argv[2]
+    if kind == "dense":
+        s = DenseStore(path, np.int64, (2,), codec="raw")
+        s.append(np.arange(20, dtype=np.int64).reshape(10, 2) // 2)
+    else:
+        s = RaggedStore(path, np.int64, codec="raw")
+        s.append([np.full(i % 3 + 1, i, np.int64) for i in range(10)])
+    s.sync()
+    s.delete(0)  # pending: record 9 is to move to slot 0
+    os.kill(os.getpid(), signal.SIGKILL)
+''')
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_a_foreign_delete_of_as_many_records_stands_over_pending_deletes(kind, ref_python):
+    """Killed with delete(0) pending, then loaderx 1.7.2 (which ignores
+    durable.zr) deletes record 5: its meta.zr is the header our delete
+    would write (one record fewer, nothing appended), so the header check
+    alone let our open finish delete(0) over it, putting record 9 at 0 and 5
+    and losing records 0 and 5 (found by the differential test, seed 16001)."""
+    proc = subprocess.run([sys.executable, "-c", ONE_DELETE, "s", kind],
+                          capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert marker("s")
+    out = run_ref(ref_python, textwrap.dedent('''
+        import sys
+        from loaderx.zrecord import DenseStore, RaggedStore
+        s = (DenseStore if sys.argv[2] == "dense" else RaggedStore)(sys.argv[1])
+        s.delete(5)
+        print(*[int(x.ravel()[0]) for x in s[:]])
+        s.close()
+    '''), os.path.abspath("s"), kind)
+    want = [0, 1, 2, 3, 4, 9, 6, 7, 8]
+    assert [int(x) for x in out.split()] == want
+    for ro in (True, False):
+        s = (DenseStore if kind == "dense" else RaggedStore)("s", read_only=ro)
+        assert [int(x.ravel()[0]) for x in s[:]] == want
+        assert s.verify()["ok"]
+        s.close()
+
+
 @pytest.mark.parametrize("kind", ["dense", "ragged"])
 def test_each_append_is_durable_on_return(kind):
     if kind == "dense":

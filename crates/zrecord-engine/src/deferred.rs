@@ -325,6 +325,28 @@ impl Marker {
             .rposition(|r| *r == LogRecord::Done)
             .map_or(0, |i| i + 1);
         let mut out: Option<Unfinished> = None;
+        // What a slot held before the unfinished deletes: the entry the
+        // log's first delete of it saved (undo), or what an earlier,
+        // finished delete wrote there (its last redo).
+        let mut prior: BTreeMap<u64, Vec<Loc>> = BTreeMap::new();
+        for (k, r) in self.log.iter().enumerate() {
+            if let LogRecord::Delete { undo, redo, .. } = r {
+                for &(slot, loc) in undo {
+                    let v = prior.entry(slot).or_default();
+                    if !v.contains(&loc) {
+                        v.push(loc);
+                    }
+                }
+                if k < from {
+                    for &(slot, loc) in redo {
+                        let v = prior.entry(slot).or_default();
+                        if !v.contains(&loc) {
+                            v.push(loc);
+                        }
+                    }
+                }
+            }
+        }
         for r in &self.log[from..] {
             if let LogRecord::Delete {
                 prev, header, redo, ..
@@ -334,6 +356,7 @@ impl Marker {
                     before: *prev,
                     header: *header,
                     entries: BTreeMap::new(),
+                    prior: BTreeMap::new(),
                 });
                 u.header = *header;
                 u.entries.extend(redo.iter().copied());
@@ -343,6 +366,20 @@ impl Marker {
         if let Some(u) = &mut out {
             let len = u.header.length;
             u.entries.retain(|&i, _| i < len);
+            // A slot an earlier delete cut off may have been appended to
+            // since (appends are not logged): what it held is unknown.
+            let freed = self.log[..from]
+                .iter()
+                .filter_map(|r| match r {
+                    LogRecord::Delete { header, .. } => Some(header.length),
+                    LogRecord::Done => None,
+                })
+                .min()
+                .unwrap_or(u64::MAX);
+            u.prior = prior
+                .into_iter()
+                .filter(|(i, _)| u.entries.contains_key(i) && *i < freed)
+                .collect();
         }
         out
     }
@@ -357,6 +394,44 @@ pub(crate) struct Unfinished {
     pub header: Header,
     /// The entries they write.
     pub entries: BTreeMap<u64, Loc>,
+    /// For the slots of `entries`: the entries the log knows they held
+    /// before these deletes (none for a slot that may have been appended
+    /// to since the marker: past its length, or cut off by a delete).
+    pub prior: BTreeMap<u64, Vec<Loc>>,
+}
+
+impl Unfinished {
+    /// Whether the slots' entries on disk (`on_disk(slot)`) are what these
+    /// deletes left, as far as they got: with `meta.zr` holding the header
+    /// they write (`written`, written after every entry), each slot holds
+    /// its new entry; with the header before them, each holds its new
+    /// entry or one it held before. Anything else was written by another
+    /// writer since (loaderx 1.7.2 ignores the log): a delete there leaves
+    /// the same header as ours when it removes as many records, at other
+    /// indices, and finishing ours over it would duplicate a record and
+    /// lose two.
+    pub fn matches<E>(
+        &self,
+        written: bool,
+        mut on_disk: impl FnMut(u64) -> Result<Option<Loc>, E>,
+    ) -> Result<bool, E> {
+        for (&slot, new) in &self.entries {
+            let Some(cur) = on_disk(slot)? else {
+                return Ok(false);
+            };
+            if cur == *new {
+                continue;
+            }
+            if written {
+                return Ok(false);
+            }
+            match self.prior.get(&slot) {
+                Some(old) if !old.contains(&cur) => return Ok(false),
+                _ => {}
+            }
+        }
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
@@ -490,7 +565,8 @@ mod tests {
             Some(Unfinished {
                 before: marker().header,
                 header: marker().header,
-                entries: BTreeMap::new()
+                entries: BTreeMap::new(),
+                prior: BTreeMap::new(),
             })
         );
         let done = Marker {

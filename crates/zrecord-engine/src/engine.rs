@@ -15,6 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+/// `.loc` segments opened to check a killed writer's unfinished deletes:
+/// id -> the file and its size (`None`: no such file).
+type LocFiles = std::collections::BTreeMap<u64, Option<(Box<dyn StorageFile>, u64)>>;
+
 /// How to open an existing store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenMode {
@@ -849,6 +853,45 @@ impl Engine {
         })
     }
 
+    /// Entry `slot` as its `.loc` file holds it (`None` past its end or
+    /// without the file), for checking a killed writer's unfinished
+    /// deletes against what is on disk before finishing them. `files`
+    /// keeps the segments opened so far (with their sizes).
+    fn loc_on_disk(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        seg: u64,
+        files: &mut LocFiles,
+        slot: u64,
+    ) -> Result<Option<Loc>> {
+        let s = slot / seg;
+        let p = dir.join(format::loc_name(s));
+        let f = match files.entry(s) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(match vfs.open(&p, OpenFlags::Read) {
+                    Ok(f) => {
+                        let n = f.len().map_err(|e| Error::io(&p, "stat", e))?;
+                        Some((f, n))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => return Err(Error::io(&p, "open", e)),
+                })
+            }
+        };
+        let Some((f, n)) = f else {
+            return Ok(None);
+        };
+        let at = (slot % seg) * LOC_SIZE as u64;
+        if *n < at + LOC_SIZE as u64 {
+            return Ok(None);
+        }
+        let mut b = [0u8; LOC_SIZE];
+        f.read_at(&mut b, at)
+            .map_err(|e| Error::io(&p, "read", e))?;
+        Ok(Some(Loc::decode(&b)))
+    }
+
     /// The open; `use_marker`: take a valid marker's header whatever the boot.
     fn open_inner(
         dir: &Path,
@@ -951,6 +994,11 @@ impl Engine {
                     header = m.header;
                 } else if let Some(u) = m.unfinished()
                     && (header == u.before || header == u.header)
+                    && u.matches(header == u.header && u.header != u.before, {
+                        let (vfs, dir, seg) = (&*vfs, &dir, cfg.loc_segment_entries);
+                        let mut files = Default::default();
+                        move |slot| Self::loc_on_disk(vfs, dir, seg, &mut files, slot)
+                    })?
                 {
                     // Finished only over the state they were logged
                     // against (their writes not issued, or issued up to

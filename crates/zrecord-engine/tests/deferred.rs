@@ -247,6 +247,72 @@ fn pending_deletes_are_not_finished_over_a_foreign_writers_changes() {
     }
 }
 
+/// A writer killed with `delete(0)` pending, then loaderx 1.7.2 deletes
+/// record 5 by itself: its `meta.zr` is the very header our pending delete
+/// would write (one record fewer, the frontier unmoved), but slot 0 still
+/// holds its old entry. Finishing our delete over it put record 9 in slots
+/// 0 and 5 and lost records 0 and 5; the foreign delete stands.
+#[test]
+fn pending_deletes_are_not_finished_over_a_foreign_delete_of_as_many_records() {
+    let _g = serial();
+    let v = SimVfs::new();
+    let big = |v: &SimVfs| EngineConfig {
+        chunk_capacity: 8192,
+        ..cfg(v)
+    };
+    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
+    append(&e, 0..10);
+    e.sync().unwrap();
+    e.delete(&[0]).unwrap();
+    let killed = v.snapshot().kill_image();
+    std::mem::forget(e);
+    // The reference's delete(5), by hand: the last entry (slot 9, segment
+    // 2 of 4-entry segments) moves to slot 5 (segment 1), then meta.zr
+    // with the length 9.
+    let dir = Path::new(DIR);
+    let last = killed.read_file(&dir.join("2.loc")).unwrap()[16..32].to_vec();
+    let mut seg = killed.read_file(&dir.join("1.loc")).unwrap();
+    seg[16..32].copy_from_slice(&last);
+    killed.write_file(&dir.join("1.loc"), &seg);
+    let mut meta = killed.read_file(&dir.join("meta.zr")).unwrap();
+    assert_eq!(u64::from_le_bytes(meta[14..22].try_into().unwrap()), 10);
+    meta[14..22].copy_from_slice(&9u64.to_le_bytes());
+    killed.write_file(&dir.join("meta.zr"), &meta);
+
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let r = Engine::open_with(DIR, mode, big(&killed)).unwrap();
+        expect_tags(&r, &[0, 1, 2, 3, 4, 9, 6, 7, 8]);
+    }
+}
+
+/// A killed writer's pending delete of a slot that its earlier deletes cut
+/// off and an append then refilled: the log does not know what the append
+/// wrote there, and the delete is still finished (the check against a
+/// foreign writer above must not take that slot for one).
+#[test]
+fn pending_deletes_over_slots_refilled_by_an_append_are_finished() {
+    let _g = serial();
+    let v = SimVfs::new();
+    let big = |v: &SimVfs| EngineConfig {
+        chunk_capacity: 8192,
+        ..cfg(v)
+    };
+    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    for _ in 0..6 {
+        e.delete(&[0]).unwrap();
+    }
+    append(&e, 10..13);
+    e.delete(&[0]).unwrap();
+    let killed = v.snapshot().kill_image();
+    std::mem::forget(e);
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let r = Engine::open_with(DIR, mode, big(&killed)).unwrap();
+        expect_tags(&r, &[12, 11]);
+    }
+}
+
 #[test]
 fn verify_writes_pending_deletes_in_place_before_it_compares_the_loc_files() {
     let _g = serial();

@@ -3,7 +3,9 @@
 usage: python runner.py PROGRAMS.json RESULTS.jsonl START
 Each program: {"id":..., "dir": abs path, "steps": [code, ...]}.
 A step is Python source, exec'd; when its last statement is an expression,
-that expression's value is recorded (else the value is None). Results are appended to
+that expression's value is recorded (else the value is None). A step
+"#kill" records {"t": "killed"} and SIGKILLs the runner (a writer killed
+with work pending; the program's later steps never run). Results are appended to
 RESULTS.jsonl one line per step ({"id", "i", "r"}), and a line
 {"id", "done": true} after each program, flushed, so a crash or hang
 identifies the program and step.
@@ -15,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sys
 import traceback
 import warnings
@@ -291,6 +294,14 @@ def main():
         for i, code in enumerate(prog["steps"]):
             out.write(json.dumps({"id": prog["id"], "i": i, "start": True}) + "\n")
             out.flush()
+            if code.startswith("#kill"):
+                # The program's process dies here as a killed writer does
+                # (SIGKILL: no close, no destructor, no flush); its stores
+                # stay as they are for the next stage. The tester restarts
+                # the runner at the next program.
+                out.write(json.dumps({"id": prog["id"], "i": i, "r": {"t": "killed"}}) + "\n")
+                out.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
             # Warnings are recorded (by category) and compared: one that
             # only ours emits is an error under -W error.
             with warnings.catch_warnings(record=True) as ws:
