@@ -919,6 +919,9 @@ impl Engine {
         // finishes writing (a delete its killed process left unfinished).
         let mut log_overlay: std::collections::BTreeMap<u64, Loc> = Default::default();
         let mut marker_header = None;
+        // The marker, kept to make its log durable before the entries it
+        // names are written in place.
+        let mut marker_file = None;
         let boot = vfs.boot_id();
         if has_marker {
             let f = open(&marker_path)?;
@@ -963,6 +966,7 @@ impl Engine {
                     log_overlay = u.entries;
                 }
             }
+            marker_file = Some(f);
         }
         if use_marker && !rolled_back {
             return Err(Error::corrupted(&meta_path, "no marker to fall back to"));
@@ -1268,6 +1272,14 @@ impl Engine {
         };
         if !read_only {
             if !log_overlay.is_empty() {
+                // A killed writer's log records may be in the page cache
+                // only (it fsyncs them at its flush): durable before the
+                // entries they undo change, or a power cut during this
+                // open could keep the entries and lose the undo.
+                if let Some(f) = &marker_file {
+                    f.sync()
+                        .map_err(|e| engine.poison(Error::io(&marker_path, "sync", e)))?;
+                }
                 let entries: Vec<(u64, Loc)> = log_overlay.into_iter().collect();
                 // A failed write poisons the handle: dropped on the way
                 // out, it must not settle (fsync and remove the marker)
