@@ -922,6 +922,9 @@ impl Engine {
         // The marker, kept to make its log durable before the entries it
         // names are written in place.
         let mut marker_file = None;
+        // A valid marker's undo entries and where its log ends, when the
+        // log holds a delete (see `marker_log` below).
+        let mut marker_undo = None;
         let boot = vfs.boot_id();
         if has_marker {
             let f = open(&marker_path)?;
@@ -931,6 +934,11 @@ impl Engine {
                 .map_err(|e| Error::io(&marker_path, "read", e))?;
             let m = Marker::decode(&b);
             marker_header = m.as_ref().map(|m| m.header);
+            if let Some(m) = &m
+                && m.log.iter().any(|r| *r != crate::deferred::LogRecord::Done)
+            {
+                marker_undo = Some((m.undo(), m.valid_len(), m.header.length));
+            }
             let same_codec = |h: &Header| {
                 if h.codec == header.codec {
                     Ok(())
@@ -1223,6 +1231,23 @@ impl Engine {
         if let (Some(t), Some(Intent::Move { moves, .. })) = (&owned, &intent) {
             crate::maintain::check_moves(moves, t, &intent_path)?;
         }
+        // A failed settle below puts the marker's header back, with the
+        // entries the log's deletes overwrote below its length: the
+        // segments that hold them may lie past the chosen header's.
+        if !read_only && let Some((_, _, marker_len)) = &marker_undo {
+            for s in locs.len() as u64..marker_len.div_ceil(seg) {
+                let name = format::loc_name(s);
+                if !names.contains(&name) {
+                    break;
+                }
+                let p = dir.join(name);
+                locs.push(Arc::new(Handle {
+                    file: open(&p)?,
+                    path: p,
+                    map: None,
+                }));
+            }
+        }
         let table = match maps {
             Some(m) => Table::Mapped(MappedTable::new(
                 m,
@@ -1271,13 +1296,28 @@ impl Engine {
             created: false,
         };
         if !read_only {
+            // The log's undo entries, for a failed settle below to write
+            // back with the marker's header (the header alone, over slots
+            // the deletes overwrote, loses records and repeats others).
+            if let (Some((undo, end, _)), Some(f)) = (marker_undo, marker_file) {
+                *engine.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(DeleteLog {
+                    file: f,
+                    path: marker_path.clone(),
+                    end,
+                    undo,
+                    unsynced: false,
+                    pending: Vec::new(),
+                    pending_header: None,
+                });
+            }
             if !log_overlay.is_empty() {
                 // A killed writer's log records may be in the page cache
                 // only (it fsyncs them at its flush): durable before the
                 // entries they undo change, or a power cut during this
                 // open could keep the entries and lose the undo.
-                if let Some(f) = &marker_file {
-                    f.sync()
+                if let Some(log) = &*engine.log.lock().unwrap_or_else(|e| e.into_inner()) {
+                    log.file
+                        .sync()
                         .map_err(|e| engine.poison(Error::io(&marker_path, "sync", e)))?;
                 }
                 let entries: Vec<(u64, Loc)> = log_overlay.into_iter().collect();

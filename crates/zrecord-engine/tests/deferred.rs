@@ -773,3 +773,50 @@ fn a_power_cut_while_an_open_finishes_a_killed_writers_deletes_loses_nothing() {
         }
     }
 }
+
+/// Second review: an open on the same boot after a killed writer with
+/// deferred deletes (flushed or not) whose own writes or settling fail at
+/// any call: a reopen must find the store before the deletes' marker or
+/// after the deletes, never with the marker's header over slots the
+/// deletes overwrote.
+#[test]
+fn a_failed_open_after_a_killed_writers_deletes_leaves_a_whole_state() {
+    let _g = serial();
+    for flushed in [false, true] {
+        let v = SimVfs::new();
+        let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
+        append(&e, 0..6);
+        e.sync().unwrap();
+        let synced = read_all(&e).unwrap();
+        append(&e, 6..8);
+        e.delete(&[1]).unwrap();
+        e.delete(&[0]).unwrap();
+        if flushed {
+            assert!(e.verify().unwrap().is_ok());
+        }
+        let mut all = synced.clone();
+        all.extend([rec(6), rec(7)]);
+        let model = deleted(all, &[1, 0]);
+        let killed = v.snapshot().kill_image();
+        std::mem::forget(e);
+        let mut failed = 0;
+        for n in 0..80 {
+            let img = killed.fork();
+            img.fail_at(Some(n));
+            let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&img));
+            img.fail_at(None);
+            if r.is_ok() {
+                continue;
+            }
+            failed += 1;
+            let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&img))
+                .unwrap_or_else(|err| panic!("flushed {flushed} call {n}: {err}"));
+            let got = read_all(&r).unwrap();
+            assert!(
+                got == model || got == synced,
+                "flushed {flushed} call {n}: {got:?}"
+            );
+        }
+        assert!(failed > 5);
+    }
+}
