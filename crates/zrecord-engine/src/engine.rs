@@ -1494,14 +1494,15 @@ impl Engine {
                 .durable_header
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            if let Some(h) = h {
-                let _ = self.meta.file.write_at(&h.encode(), 0);
-            }
+            let put_back = h.is_some_and(|h| self.meta.file.write_at(&h.encode(), 0).is_ok());
             // And the entries deferred deletes overwrote since; a done
             // record then keeps an open on this boot from finishing the
-            // deletes the error gave up.
+            // deletes the error gave up. Only over the header put back:
+            // under the deletes' header they would lose records and
+            // repeat others (left alone, the files and the log still
+            // make the state before the error).
             let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(log) = log.as_mut() {
+            if put_back && let Some(log) = log.as_mut() {
                 let undo: Vec<(u64, Loc)> = log.undo.iter().map(|(&i, &l)| (i, l)).collect();
                 let _ = crate::maintain::write_entries(
                     &self.read_state(),
