@@ -297,6 +297,13 @@ impl Marker {
         })
     }
 
+    /// The length of the file's valid part: where the next log record goes.
+    pub fn valid_len(&self) -> u64 {
+        let fixed = PREFIX + META_SIZE + self.boot.len().min(255) + 8;
+        let log: usize = self.log.iter().map(|r| r.encode().len()).sum();
+        (fixed + log) as u64
+    }
+
     /// What a roll-back to the marker's header writes back: the first logged
     /// entry of every slot below its length.
     pub fn undo(&self) -> BTreeMap<u64, Loc> {

@@ -962,6 +962,12 @@ impl Engine {
         // finishes writing (a delete its killed process left unfinished).
         let mut log_overlay: std::collections::BTreeMap<u64, Loc> = Default::default();
         let mut marker_header = None;
+        // The marker, kept to make its log durable before the entries it
+        // names are written in place.
+        let mut marker_file = None;
+        // A valid marker's undo entries and where its log ends, when the
+        // log holds a delete (see `marker_log` below).
+        let mut marker_undo = None;
         let boot = vfs.boot_id();
         if has_marker {
             let f = open(&marker_path)?;
@@ -971,6 +977,11 @@ impl Engine {
                 .map_err(|e| Error::io(&marker_path, "read", e))?;
             let m = Marker::decode(&b);
             marker_header = m.as_ref().map(|m| m.header);
+            if let Some(m) = &m
+                && m.log.iter().any(|r| *r != crate::deferred::LogRecord::Done)
+            {
+                marker_undo = Some((m.undo(), m.valid_len(), m.header.length));
+            }
             let same_codec = |h: &Header| {
                 if h.codec == header.codec {
                     Ok(())
@@ -1011,6 +1022,7 @@ impl Engine {
                     log_overlay = u.entries;
                 }
             }
+            marker_file = Some(f);
         }
         if use_marker && !rolled_back {
             return Err(Error::corrupted(&meta_path, "no marker to fall back to"));
@@ -1267,6 +1279,23 @@ impl Engine {
         if let (Some(t), Some(Intent::Move { moves, .. })) = (&owned, &intent) {
             crate::maintain::check_moves(moves, t, &intent_path)?;
         }
+        // A failed settle below puts the marker's header back, with the
+        // entries the log's deletes overwrote below its length: the
+        // segments that hold them may lie past the chosen header's.
+        if !read_only && let Some((_, _, marker_len)) = &marker_undo {
+            for s in locs.len() as u64..marker_len.div_ceil(seg) {
+                let name = format::loc_name(s);
+                if !names.contains(&name) {
+                    break;
+                }
+                let p = dir.join(name);
+                locs.push(Arc::new(Handle {
+                    file: open(&p)?,
+                    path: p,
+                    map: None,
+                }));
+            }
+        }
         let table = match maps {
             Some(m) => Table::Mapped(MappedTable::new(
                 m,
@@ -1315,7 +1344,30 @@ impl Engine {
             created: false,
         };
         if !read_only {
+            // The log's undo entries, for a failed settle below to write
+            // back with the marker's header (the header alone, over slots
+            // the deletes overwrote, loses records and repeats others).
+            if let (Some((undo, end, _)), Some(f)) = (marker_undo, marker_file) {
+                *engine.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(DeleteLog {
+                    file: f,
+                    path: marker_path.clone(),
+                    end,
+                    undo,
+                    unsynced: false,
+                    pending: Vec::new(),
+                    pending_header: None,
+                });
+            }
             if !log_overlay.is_empty() {
+                // A killed writer's log records may be in the page cache
+                // only (it fsyncs them at its flush): durable before the
+                // entries they undo change, or a power cut during this
+                // open could keep the entries and lose the undo.
+                if let Some(log) = &*engine.log.lock().unwrap_or_else(|e| e.into_inner()) {
+                    log.file
+                        .sync()
+                        .map_err(|e| engine.poison(Error::io(&marker_path, "sync", e)))?;
+                }
                 let entries: Vec<(u64, Loc)> = log_overlay.into_iter().collect();
                 // A failed write poisons the handle: dropped on the way
                 // out, it must not settle (fsync and remove the marker)
@@ -1490,14 +1542,15 @@ impl Engine {
                 .durable_header
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            if let Some(h) = h {
-                let _ = self.meta.file.write_at(&h.encode(), 0);
-            }
+            let put_back = h.is_some_and(|h| self.meta.file.write_at(&h.encode(), 0).is_ok());
             // And the entries deferred deletes overwrote since; a done
             // record then keeps an open on this boot from finishing the
-            // deletes the error gave up.
+            // deletes the error gave up. Only over the header put back:
+            // under the deletes' header they would lose records and
+            // repeat others (left alone, the files and the log still
+            // make the state before the error).
             let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(log) = log.as_mut() {
+            if put_back && let Some(log) = log.as_mut() {
                 let undo: Vec<(u64, Loc)> = log.undo.iter().map(|(&i, &l)| (i, l)).collect();
                 let _ = crate::maintain::write_entries(
                     &self.read_state(),
