@@ -1588,13 +1588,21 @@ impl Engine {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(self.poison(Error::io(&p, "remove", e))),
             }
-            sync_dir()?;
+            // The marker is gone: the files it protected are durable
+            // (synced above), and nothing written from here on could be
+            // rolled back. A failed directory sync leaves the removal to
+            // a power cut (the marker back: its state; gone: this one);
+            // putting the marker's header and undo entries back now,
+            // unsynced and without a marker, could leave a power cut
+            // the deletes' header over restored entries.
+            let r = sync_dir();
             self.armed.store(false, Ordering::Release);
             *self
                 .durable_header
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = None;
             *self.log.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            r?;
         }
         Ok(())
     }

@@ -780,9 +780,18 @@ fn a_failed_sync_abandons_the_deletes_it_could_not_make_durable() {
         if !failed {
             break;
         }
+        // Failed at the directory sync after the marker's removal: every
+        // file was synced, and with no marker left nothing can be put
+        // back safely (see `a_sync_that_fails_after_removing_the_marker_
+        // puts_nothing_back` in recovery_faults.rs): the deletes stand.
+        let gone = !marker(&v);
         drop(e);
         let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&v)).unwrap();
-        expect(&r, 0..6);
+        if gone {
+            expect_tags(&r, &[4, 5, 2, 3]);
+        } else {
+            expect(&r, 0..6);
+        }
         checked += 1;
     }
     assert!(checked >= 3, "only {checked} failing calls");
