@@ -31,7 +31,7 @@ enum Op {
 /// Runs `ops` after `synced` appends and a sync, kills the writer, and
 /// returns the kill image with every state the store went through since
 /// the sync (any of them is whole).
-fn scenario(synced: u8, ops: &[Op]) -> (SimVfs, Vec<Vec<Vec<u8>>>) {
+fn scenario(synced: u8, ops: &[Op]) -> (SimVfs, States) {
     let v = SimVfs::new();
     let mut e = Engine::create_with(DIR, &deferred(), common::sim(&v)).unwrap();
     for k in 0..synced {
@@ -71,7 +71,10 @@ fn scenario(synced: u8, ops: &[Op]) -> (SimVfs, Vec<Vec<Vec<u8>>>) {
     (killed, states)
 }
 
-fn scenarios() -> Vec<(&'static str, SimVfs, Vec<Vec<Vec<u8>>>)> {
+/// Every whole state of a scenario, as its records.
+type States = Vec<Vec<Vec<u8>>>;
+
+fn scenarios() -> Vec<(&'static str, SimVfs, States)> {
     use Op::*;
     let list: Vec<(&'static str, u8, Vec<Op>)> = vec![
         (
