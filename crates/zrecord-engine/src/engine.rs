@@ -1003,23 +1003,32 @@ impl Engine {
                     rolled_back = m.header != header || !log_overlay.is_empty();
                     header_moved = m.header != header;
                     header = m.header;
-                } else if let Some(u) = m.unfinished()
-                    && (header == u.before || header == u.header)
-                    && u.matches(header == u.header && u.header != u.before, {
-                        let (vfs, dir, seg) = (&*vfs, &dir, cfg.loc_segment_entries);
-                        let mut files = Default::default();
-                        move |slot| Self::loc_on_disk(vfs, dir, seg, &mut files, slot)
-                    })?
-                {
-                    // Finished only over the state they were logged
-                    // against (their writes not issued, or issued up to
-                    // the header): a `meta.zr` that is neither was written
-                    // by another writer since (loaderx 1.7.2 ignores the
-                    // marker), whose state stands.
-                    same_codec(&u.header)?;
-                    header_moved = u.header != header;
-                    header = u.header;
-                    log_overlay = u.entries;
+                } else if let Some(u) = m.unfinished() {
+                    if (header == u.before || header == u.header)
+                        && u.matches(header == u.header && u.header != u.before, {
+                            let (vfs, dir, seg) = (&*vfs, &dir, cfg.loc_segment_entries);
+                            let mut files = Default::default();
+                            move |slot| Self::loc_on_disk(vfs, dir, seg, &mut files, slot)
+                        })?
+                    {
+                        // Finished only over the state they were logged
+                        // against (their writes not issued, or issued up
+                        // to the header): a `meta.zr` that is neither was
+                        // written by another writer since (loaderx 1.7.2
+                        // ignores the marker), whose state stands.
+                        same_codec(&u.header)?;
+                        header_moved = u.header != header;
+                        header = u.header;
+                        log_overlay = u.entries;
+                    } else {
+                        // That writer's files are not the marker's state
+                        // plus its log: a failed settle below must not put
+                        // the marker's header and undo entries back over
+                        // them (records lost and repeated), nor leave a
+                        // `meta.zr` that a reopen takes for our deletes'.
+                        marker_header = None;
+                        marker_undo = None;
+                    }
                 }
             }
             marker_file = Some(f);
@@ -1588,13 +1597,21 @@ impl Engine {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(self.poison(Error::io(&p, "remove", e))),
             }
-            sync_dir()?;
+            // The marker is gone: the files it protected are durable
+            // (synced above), and nothing written from here on could be
+            // rolled back. A failed directory sync leaves the removal to
+            // a power cut (the marker back: its state; gone: this one);
+            // putting the marker's header and undo entries back now,
+            // unsynced and without a marker, could leave a power cut
+            // the deletes' header over restored entries.
+            let r = sync_dir();
             self.armed.store(false, Ordering::Release);
             *self
                 .durable_header
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = None;
             *self.log.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            r?;
         }
         Ok(())
     }
