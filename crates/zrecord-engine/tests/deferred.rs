@@ -205,10 +205,6 @@ fn deferred_deletes_fsync_once_per_flush_and_roll_back_with_the_appends() {
 fn pending_deletes_are_not_finished_over_a_foreign_writers_changes() {
     let _g = serial();
     let v = SimVfs::new();
-    let big = |v: &SimVfs| EngineConfig {
-        chunk_capacity: 8192,
-        ..cfg(v)
-    };
     let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
     append(&e, 0..6);
     e.sync().unwrap();
@@ -247,28 +243,26 @@ fn pending_deletes_are_not_finished_over_a_foreign_writers_changes() {
     }
 }
 
-/// A writer killed with `delete(0)` pending, then loaderx 1.7.2 deletes
-/// record 5 by itself: its `meta.zr` is the very header our pending delete
-/// would write (one record fewer, the frontier unmoved), but slot 0 still
-/// holds its old entry. Finishing our delete over it put record 9 in slots
-/// 0 and 5 and lost records 0 and 5; the foreign delete stands.
-#[test]
-fn pending_deletes_are_not_finished_over_a_foreign_delete_of_as_many_records() {
-    let _g = serial();
-    let v = SimVfs::new();
-    let big = |v: &SimVfs| EngineConfig {
+/// 8 KiB chunks: the hand-made foreign appends and deletes stay in chunk 0.
+fn big(v: &SimVfs) -> EngineConfig {
+    EngineConfig {
         chunk_capacity: 8192,
         ..cfg(v)
-    };
+    }
+}
+
+/// Ten records synced, then a writer killed with `delete(0)` pending, then
+/// loaderx 1.7.2's `delete(5)` by hand: the last entry (slot 9, segment 2
+/// of 4-entry segments) moves to slot 5 (segment 1), then `meta.zr` with
+/// the length 9. The killed image, with the reference's writes.
+fn killed_with_a_pending_delete_then_a_foreign_one() -> SimVfs {
+    let v = SimVfs::new();
     let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
     append(&e, 0..10);
     e.sync().unwrap();
     e.delete(&[0]).unwrap();
     let killed = v.snapshot().kill_image();
     std::mem::forget(e);
-    // The reference's delete(5), by hand: the last entry (slot 9, segment
-    // 2 of 4-entry segments) moves to slot 5 (segment 1), then meta.zr
-    // with the length 9.
     let dir = Path::new(DIR);
     let last = killed.read_file(&dir.join("2.loc")).unwrap()[16..32].to_vec();
     let mut seg = killed.read_file(&dir.join("1.loc")).unwrap();
@@ -278,6 +272,18 @@ fn pending_deletes_are_not_finished_over_a_foreign_delete_of_as_many_records() {
     assert_eq!(u64::from_le_bytes(meta[14..22].try_into().unwrap()), 10);
     meta[14..22].copy_from_slice(&9u64.to_le_bytes());
     killed.write_file(&dir.join("meta.zr"), &meta);
+    killed
+}
+
+/// A writer killed with `delete(0)` pending, then loaderx 1.7.2 deletes
+/// record 5 by itself: its `meta.zr` is the very header our pending delete
+/// would write (one record fewer, the frontier unmoved), but slot 0 still
+/// holds its old entry. Finishing our delete over it put record 9 in slots
+/// 0 and 5 and lost records 0 and 5; the foreign delete stands.
+#[test]
+fn pending_deletes_are_not_finished_over_a_foreign_delete_of_as_many_records() {
+    let _g = serial();
+    let killed = killed_with_a_pending_delete_then_a_foreign_one();
 
     for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
         let r = Engine::open_with(DIR, mode, big(&killed)).unwrap();
@@ -293,10 +299,6 @@ fn pending_deletes_are_not_finished_over_a_foreign_delete_of_as_many_records() {
 fn pending_deletes_over_slots_refilled_by_an_append_are_finished() {
     let _g = serial();
     let v = SimVfs::new();
-    let big = |v: &SimVfs| EngineConfig {
-        chunk_capacity: 8192,
-        ..cfg(v)
-    };
     let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
     append(&e, 0..6);
     e.sync().unwrap();
@@ -944,26 +946,7 @@ fn a_failed_sync_whose_header_put_back_fails_leaves_a_whole_state() {
 #[test]
 fn a_failed_open_over_a_foreign_delete_puts_nothing_back() {
     let _g = serial();
-    let v = SimVfs::new();
-    let big = |v: &SimVfs| EngineConfig {
-        chunk_capacity: 8192,
-        ..cfg(v)
-    };
-    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
-    append(&e, 0..10);
-    e.sync().unwrap();
-    e.delete(&[0]).unwrap();
-    let killed = v.snapshot().kill_image();
-    std::mem::forget(e);
-    // The reference's delete(5), as above.
-    let dir = Path::new(DIR);
-    let last = killed.read_file(&dir.join("2.loc")).unwrap()[16..32].to_vec();
-    let mut seg = killed.read_file(&dir.join("1.loc")).unwrap();
-    seg[16..32].copy_from_slice(&last);
-    killed.write_file(&dir.join("1.loc"), &seg);
-    let mut meta = killed.read_file(&dir.join("meta.zr")).unwrap();
-    meta[14..22].copy_from_slice(&9u64.to_le_bytes());
-    killed.write_file(&dir.join("meta.zr"), &meta);
+    let killed = killed_with_a_pending_delete_then_a_foreign_one();
 
     let mut failed = 0;
     for n in 0..60 {
