@@ -966,7 +966,7 @@ impl Engine {
         // names are written in place.
         let mut marker_file = None;
         // A valid marker's undo entries and where its log ends, when the
-        // log holds a delete (see `marker_log` below).
+        // log holds a delete (handed to the read-write handle below).
         let mut marker_undo = None;
         let boot = vfs.boot_id();
         if has_marker {
