@@ -27,23 +27,25 @@
 //! Deletes defer too. A delete rewrites entries the marker's header names,
 //! so a roll-back must be able to put them back: a deferred delete appends
 //! a record to the marker (the entries it is the first to overwrite since
-//! the marker, plus the entries and header it writes), unsynced, and writes
-//! nothing in place. The next flush (an append, a sync, a verify) fsyncs
-//! the log, writes the pending deletes in place and appends a short *done*
-//! record (not fsynced): a loop of single-index deletes costs one fsync.
-//! A roll-back after a power cut restores the first logged entry of every
-//! slot below the marker's length; an open on the same boot finishes the
-//! deletes after the last *done* record (a killed process's) from the
-//! entries they name.
+//! the marker, the header before it, and the entries and header it
+//! writes), unsynced, and writes nothing in place. The next flush (an
+//! append, a sync, a verify) fsyncs the log, writes the pending deletes in
+//! place and appends a short *done* record (not fsynced): a loop of
+//! single-index deletes costs one fsync. A roll-back after a power cut
+//! restores the first logged entry of every slot below the marker's
+//! length; an open on the same boot finishes the deletes after the last
+//! *done* record (a killed process's) from the entries they name, when
+//! `meta.zr` and their slots still hold the state they were logged against
+//! (loaderx 1.7.2, which ignores the marker, may have written since).
 //!
 //! Layout (little-endian): magic `ZDUR` u32, version u8 (1), boot id length
 //! u8, 2 zero bytes, the durable `meta.zr` (32 bytes), the boot id, FNV-1a 64
 //! of all preceding bytes; then the log, records of: body length u32, body,
 //! FNV-1a 64 of the length and body. A delete's body: kind u8 (1), 3 zero
 //! bytes, undo count u32, redo count u32, 4 zero bytes, the header before
-//! and the header after the delete (32 bytes each), then that many (slot u64, entry 16 bytes) pairs, undo first. A
-//! done record's body: kind 2, 3 zero bytes. The log ends at the first record
-//! that fails its checksum.
+//! and the header after the delete (32 bytes each), then that many (slot
+//! u64, entry 16 bytes) pairs, undo first. A done record's body: kind 2, 3
+//! zero bytes. The log ends at the first record that fails its checksum.
 
 use crate::format::{Header, LOC_SIZE, Loc, META_SIZE};
 use crate::intent::fnv;
