@@ -5,6 +5,7 @@
 
 mod common;
 use common::workload::read_all;
+use common::{at_sync, tagged};
 use std::path::Path;
 use zrecord_engine::sim::SimVfs;
 use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode};
@@ -15,21 +16,19 @@ fn cfg(v: &SimVfs) -> EngineConfig {
     common::sim(v)
 }
 
-fn deferred(codec: Codec) -> CreateOptions {
-    CreateOptions {
-        durability: Durability::AtSync,
-        ..CreateOptions::new(codec)
-    }
-}
-
-fn rec(k: u8) -> Vec<u8> {
-    vec![k; 30 + k as usize]
-}
-
 fn append(e: &Engine, ks: std::ops::Range<u8>) {
     for k in ks {
-        e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
+        e.append_var(&tagged(k), &[0, tagged(k).len()]).unwrap();
     }
+}
+
+/// A deferring raw store of `tagged(0..6)`, synced; and those records.
+fn six_synced(v: &SimVfs) -> (Engine, Vec<Vec<u8>>) {
+    let e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(v)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    let synced = read_all(&e).unwrap();
+    (e, synced)
 }
 
 fn marker(v: &SimVfs) -> bool {
@@ -37,12 +36,12 @@ fn marker(v: &SimVfs) -> bool {
 }
 
 fn expect_tags(e: &Engine, ks: &[u8]) {
-    let want: Vec<Vec<u8>> = ks.iter().map(|&k| rec(k)).collect();
+    let want: Vec<Vec<u8>> = ks.iter().map(|&k| tagged(k)).collect();
     assert_eq!(read_all(e).unwrap(), want);
 }
 
 fn expect(e: &Engine, ks: std::ops::Range<u8>) {
-    let want: Vec<Vec<u8>> = ks.map(rec).collect();
+    let want: Vec<Vec<u8>> = ks.map(tagged).collect();
     assert_eq!(read_all(e).unwrap(), want);
 }
 
@@ -50,7 +49,7 @@ fn expect(e: &Engine, ks: std::ops::Range<u8>) {
 fn deferred_appends_sync_nothing_until_sync() {
     let _g = serial();
     let v = SimVfs::new();
-    let e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&v)).unwrap();
+    let e = Engine::create_with(DIR, &at_sync(Codec::Zstd), cfg(&v)).unwrap();
     assert_eq!(e.durability(), Durability::AtSync);
     assert!(!marker(&v), "no marker before the first append");
     append(&e, 0..1);
@@ -79,7 +78,7 @@ fn a_kill_keeps_every_returned_append_and_a_power_cut_the_synced_ones() {
     let _g = serial();
     for codec in [Codec::Raw, Codec::Zstd] {
         let v = SimVfs::new();
-        let e = Engine::create_with(DIR, &deferred(codec), cfg(&v)).unwrap();
+        let e = Engine::create_with(DIR, &at_sync(codec), cfg(&v)).unwrap();
         append(&e, 0..3);
         e.sync().unwrap();
         append(&e, 3..8);
@@ -126,10 +125,7 @@ fn a_kill_keeps_every_returned_append_and_a_power_cut_the_synced_ones() {
 fn deferred_deletes_fsync_once_per_flush_and_roll_back_with_the_appends() {
     let _g = serial();
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
-    append(&e, 0..6);
-    e.sync().unwrap();
-    let synced = read_all(&e).unwrap();
+    let (mut e, synced) = six_synced(&v);
     let syncs = |f: &mut dyn FnMut()| {
         let s0 = v.syncs();
         f();
@@ -157,7 +153,7 @@ fn deferred_deletes_fsync_once_per_flush_and_roll_back_with_the_appends() {
             model[i] = last;
         }
     }
-    model.extend([rec(6), rec(7)]);
+    model.extend([tagged(6), tagged(7)]);
     model.pop();
     assert_eq!(read_all(&e).unwrap(), model);
 
@@ -205,14 +201,14 @@ fn deferred_deletes_fsync_once_per_flush_and_roll_back_with_the_appends() {
 fn pending_deletes_are_not_finished_over_a_foreign_writers_changes() {
     let _g = serial();
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), big(&v)).unwrap();
     append(&e, 0..6);
     e.sync().unwrap();
     e.delete(&[1]).unwrap();
     e.delete(&[0]).unwrap();
     let killed = v.snapshot().kill_image();
     std::mem::forget(e);
-    // The reference's append of rec(9), by hand: bytes at the frontier of
+    // The reference's append of tagged(9), by hand: bytes at the frontier of
     // chunk 0, an entry at slot 6 (segment 1 of 4-entry segments), then
     // meta.zr with the new frontier and length.
     let dir = Path::new(DIR);
@@ -220,7 +216,7 @@ fn pending_deletes_are_not_finished_over_a_foreign_writers_changes() {
     assert_eq!(u64::from_le_bytes(meta[14..22].try_into().unwrap()), 6);
     assert_eq!(u32::from_le_bytes(meta[6..10].try_into().unwrap()), 0);
     let tail = u32::from_le_bytes(meta[10..14].try_into().unwrap());
-    let r = rec(9);
+    let r = tagged(9);
     let mut chunk = killed.read_file(&dir.join("0.chunk")).unwrap();
     chunk.truncate(tail as usize);
     chunk.extend_from_slice(&r);
@@ -257,7 +253,7 @@ fn big(v: &SimVfs) -> EngineConfig {
 /// the length 9. The killed image, with the reference's writes.
 fn killed_with_a_pending_delete_then_a_foreign_one() -> SimVfs {
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), big(&v)).unwrap();
     append(&e, 0..10);
     e.sync().unwrap();
     e.delete(&[0]).unwrap();
@@ -299,7 +295,7 @@ fn pending_deletes_are_not_finished_over_a_foreign_delete_of_as_many_records() {
 fn pending_deletes_over_slots_refilled_by_an_append_are_finished() {
     let _g = serial();
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), big(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), big(&v)).unwrap();
     append(&e, 0..6);
     e.sync().unwrap();
     for _ in 0..6 {
@@ -319,7 +315,7 @@ fn pending_deletes_over_slots_refilled_by_an_append_are_finished() {
 fn verify_writes_pending_deletes_in_place_before_it_compares_the_loc_files() {
     let _g = serial();
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Zstd), cfg(&v)).unwrap();
     append(&e, 0..6);
     e.sync().unwrap();
     e.delete(&[1, 3]).unwrap();
@@ -335,7 +331,7 @@ fn verify_writes_pending_deletes_in_place_before_it_compares_the_loc_files() {
 fn compact_and_a_switch_to_each_append_make_deferred_appends_durable() {
     let _g = serial();
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(&v)).unwrap();
     append(&e, 0..6);
     e.delete(&[0]).unwrap();
     append(&e, 6..8);
@@ -358,7 +354,7 @@ fn compact_and_a_switch_to_each_append_make_deferred_appends_durable() {
 fn dropping_a_deferred_handle_syncs() {
     let _g = serial();
     let v = SimVfs::new();
-    let e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&v)).unwrap();
+    let e = Engine::create_with(DIR, &at_sync(Codec::Zstd), cfg(&v)).unwrap();
     append(&e, 0..4);
     drop(e);
     assert!(!marker(&v));
@@ -390,7 +386,7 @@ fn a_marker_naming_another_codec_is_a_clear_error() {
     let _g = serial();
     // Write a real marker from a zstd store, then put it beside a raw one.
     let z = SimVfs::new();
-    let e = Engine::create_with(DIR, &deferred(Codec::Zstd), cfg(&z)).unwrap();
+    let e = Engine::create_with(DIR, &at_sync(Codec::Zstd), cfg(&z)).unwrap();
     append(&e, 0..1);
     let m = z.read_file(&Path::new(DIR).join("durable.zr")).unwrap();
     std::mem::forget(e);
@@ -413,7 +409,7 @@ fn real_file_system_markers_come_and_go() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
     let m = dir.join("durable.zr");
-    let e = Engine::create(&dir, &deferred(Codec::Zstd)).unwrap();
+    let e = Engine::create(&dir, &at_sync(Codec::Zstd)).unwrap();
     append(&e, 0..5);
     assert!(m.exists());
     e.sync().unwrap();
@@ -449,7 +445,7 @@ fn real_file_system_rolls_back_when_the_marker_names_another_boot() {
     let _g = serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
-    let e = Engine::create(&dir, &deferred(Codec::Zstd)).unwrap();
+    let e = Engine::create(&dir, &at_sync(Codec::Zstd)).unwrap();
     append(&e, 0..3);
     e.sync().unwrap();
     append(&e, 3..8);
@@ -503,7 +499,7 @@ fn an_open_falls_back_to_the_marker_when_meta_names_missing_bytes() {
     // Same boot, yet the files lack what meta.zr names (a failed write-back,
     // a device that lost power on its own): the marker's header is durable.
     let v = SimVfs::new();
-    let e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
+    let e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(&v)).unwrap();
     append(&e, 0..3);
     e.sync().unwrap();
     append(&e, 3..8); // records 4..8 live in loc segment 1
@@ -517,7 +513,7 @@ fn an_open_falls_back_to_the_marker_when_meta_names_missing_bytes() {
     // Without a marker the same damage is a clear error.
     image.write_file(&Path::new(DIR).join("meta.zr"), &{
         let v2 = SimVfs::new();
-        let e2 = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v2)).unwrap();
+        let e2 = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(&v2)).unwrap();
         append(&e2, 0..8);
         e2.close().unwrap();
         v2.read_file(&Path::new(DIR).join("meta.zr")).unwrap()
@@ -537,7 +533,7 @@ fn a_forked_child_cannot_report_the_openers_deferred_appends_durable() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let e = Engine::create(&path, &deferred(Codec::Raw)).unwrap();
+    let e = Engine::create(&path, &at_sync(Codec::Raw)).unwrap();
     append(&e, 0..1);
     e.sync().unwrap();
     // In the child: 0 = as expected, 1 = wrong sync result, 2 = wrong close
@@ -618,7 +614,7 @@ fn a_delete_that_would_take_the_log_past_its_limit_starts_a_new_marker() {
         let offsets = (0..=B as usize).map(|i| 4 * i).collect();
         (data, offsets)
     };
-    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg.clone()).unwrap();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg.clone()).unwrap();
     for b in 0..3 {
         let (d, o) = batch(b * B);
         e.append_var(&d, &o).unwrap();
@@ -686,10 +682,7 @@ fn an_open_whose_roll_back_write_fails_leaves_the_marker_for_the_next_one() {
     // marker (its handle, dropped on the way out, settled them).
     let _g = serial();
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
-    append(&e, 0..6);
-    e.sync().unwrap();
-    let synced = read_all(&e).unwrap();
+    let (mut e, synced) = six_synced(&v);
     e.delete(&[0]).unwrap();
     assert!(e.verify().unwrap().is_ok(), "writes the delete in place");
     let snap = v.snapshot();
@@ -732,7 +725,7 @@ fn a_forked_child_verifies_clean_while_the_opener_has_deferred_deletes() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let mut e = Engine::create(&path, &deferred(Codec::Raw)).unwrap();
+    let mut e = Engine::create(&path, &at_sync(Codec::Raw)).unwrap();
     append(&e, 0..6);
     e.sync().unwrap();
     e.delete(&[1, 3]).unwrap();
@@ -771,9 +764,7 @@ fn a_failed_sync_abandons_the_deletes_it_could_not_make_durable() {
     let mut checked = 0;
     for call in 0..40u64 {
         let v = SimVfs::new();
-        let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
-        append(&e, 0..6);
-        e.sync().unwrap();
+        let (mut e, _) = six_synced(&v);
         e.delete(&[1]).unwrap();
         e.delete(&[0]).unwrap();
         v.fail_at(Some(call));
@@ -820,10 +811,7 @@ fn deleted(mut model: Vec<Vec<u8>>, indices: &[usize]) -> Vec<Vec<u8>> {
 fn a_power_cut_while_an_open_finishes_a_killed_writers_deletes_loses_nothing() {
     let _g = serial();
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
-    append(&e, 0..6);
-    e.sync().unwrap();
-    let synced = read_all(&e).unwrap();
+    let (mut e, synced) = six_synced(&v);
     e.delete(&[1]).unwrap();
     e.delete(&[0]).unwrap();
     let model = deleted(synced.clone(), &[1, 0]);
@@ -861,10 +849,7 @@ fn a_failed_open_after_a_killed_writers_deletes_leaves_a_whole_state() {
     let _g = serial();
     for flushed in [false, true] {
         let v = SimVfs::new();
-        let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
-        append(&e, 0..6);
-        e.sync().unwrap();
-        let synced = read_all(&e).unwrap();
+        let (mut e, synced) = six_synced(&v);
         append(&e, 6..8);
         e.delete(&[1]).unwrap();
         e.delete(&[0]).unwrap();
@@ -872,7 +857,7 @@ fn a_failed_open_after_a_killed_writers_deletes_leaves_a_whole_state() {
             assert!(e.verify().unwrap().is_ok());
         }
         let mut all = synced.clone();
-        all.extend([rec(6), rec(7)]);
+        all.extend([tagged(6), tagged(7)]);
         let model = deleted(all, &[1, 0]);
         let killed = v.snapshot().kill_image();
         std::mem::forget(e);
@@ -909,10 +894,7 @@ fn a_failed_sync_whose_header_put_back_fails_leaves_a_whole_state() {
     for span in 2..5u64 {
         for call in 0..40u64 {
             let v = SimVfs::new();
-            let mut e = Engine::create_with(DIR, &deferred(Codec::Raw), cfg(&v)).unwrap();
-            append(&e, 0..6);
-            e.sync().unwrap();
-            let synced = read_all(&e).unwrap();
+            let (mut e, synced) = six_synced(&v);
             e.delete(&[1]).unwrap();
             e.delete(&[0]).unwrap();
             let model = deleted(synced.clone(), &[1, 0]);

@@ -5,31 +5,21 @@
 
 mod common;
 use common::workload::read_all;
+use common::{at_sync, tagged};
 use std::path::Path;
 use zrecord_engine::sim::SimVfs;
-use zrecord_engine::{Codec, CreateOptions, Durability, Engine, OpenMode};
+use zrecord_engine::{Codec, Engine, OpenMode};
 
 const DIR: &str = "/s";
 
-fn deferred() -> CreateOptions {
-    CreateOptions {
-        durability: Durability::AtSync,
-        ..CreateOptions::new(Codec::Raw)
-    }
-}
-
-fn rec(k: u8) -> Vec<u8> {
-    vec![k; 30 + k as usize]
-}
-
 fn append(e: &Engine, ks: impl IntoIterator<Item = u8>) {
     for k in ks {
-        e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
+        e.append_var(&tagged(k), &[0, tagged(k).len()]).unwrap();
     }
 }
 
 fn tags(ks: &[u8]) -> Vec<Vec<u8>> {
-    ks.iter().map(|&k| rec(k)).collect()
+    ks.iter().map(|&k| tagged(k)).collect()
 }
 
 fn marker(v: &SimVfs) -> bool {
@@ -44,7 +34,7 @@ fn marker(v: &SimVfs) -> bool {
 #[test]
 fn the_fallback_to_the_marker_rolls_back_finished_and_unfinished_deletes() {
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(), common::sim(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), common::sim(&v)).unwrap();
     append(&e, 0..3);
     e.sync().unwrap();
     append(&e, 3..8); // slots 3..8: segment 0 and 1 (4-entry segments)
@@ -121,7 +111,7 @@ fn the_fallback_to_the_marker_rolls_back_finished_and_unfinished_deletes() {
 #[test]
 fn the_loc_segments_kept_past_the_header_serve_appends_and_compaction() {
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(), common::sim(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), common::sim(&v)).unwrap();
     append(&e, 0..10);
     e.sync().unwrap();
     e.delete(&[0, 1, 2, 3, 4, 5, 6]).unwrap();
@@ -207,7 +197,7 @@ fn big(v: &SimVfs) -> zrecord_engine::EngineConfig {
 #[test]
 fn a_failed_settle_over_a_foreign_append_after_finished_deletes_is_whole() {
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(), big(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), big(&v)).unwrap();
     append(&e, 0..6);
     e.sync().unwrap();
     e.delete(&[1]).unwrap();
@@ -220,7 +210,7 @@ fn a_failed_settle_over_a_foreign_append_after_finished_deletes_is_whole() {
     assert_eq!(u64::from_le_bytes(meta[14..22].try_into().unwrap()), 4);
     assert_eq!(u32::from_le_bytes(meta[6..10].try_into().unwrap()), 0);
     let tail = u32::from_le_bytes(meta[10..14].try_into().unwrap());
-    let r = rec(9);
+    let r = tagged(9);
     let mut chunk = killed.read_file(&dir.join("0.chunk")).unwrap();
     chunk.truncate(tail as usize);
     chunk.extend_from_slice(&r);

@@ -5,21 +5,11 @@
 
 mod common;
 use common::workload::read_all;
+use common::{at_sync, tagged};
 use zrecord_engine::sim::SimVfs;
-use zrecord_engine::{Codec, CreateOptions, Durability, Engine, OpenMode};
+use zrecord_engine::{Codec, Engine, OpenMode};
 
 const DIR: &str = "/s";
-
-fn deferred() -> CreateOptions {
-    CreateOptions {
-        durability: Durability::AtSync,
-        ..CreateOptions::new(Codec::Raw)
-    }
-}
-
-fn rec(k: u8) -> Vec<u8> {
-    vec![k; 30 + k as usize]
-}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -33,19 +23,19 @@ enum Op {
 /// the sync (any of them is whole).
 fn scenario(synced: u8, ops: &[Op]) -> (SimVfs, States) {
     let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &deferred(), common::sim(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), common::sim(&v)).unwrap();
     for k in 0..synced {
-        e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
+        e.append_var(&tagged(k), &[0, tagged(k).len()]).unwrap();
     }
     e.sync().unwrap();
-    let mut model: Vec<Vec<u8>> = (0..synced).map(rec).collect();
+    let mut model: Vec<Vec<u8>> = (0..synced).map(tagged).collect();
     let mut states = vec![model.clone()];
     for op in ops {
         match op {
             Op::Append(ks) => {
                 for k in ks.clone() {
-                    e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
-                    model.push(rec(k));
+                    e.append_var(&tagged(k), &[0, tagged(k).len()]).unwrap();
+                    model.push(tagged(k));
                     states.push(model.clone());
                 }
             }
@@ -244,15 +234,15 @@ fn a_sync_that_fails_after_removing_the_marker_puts_nothing_back() {
     let mut checked = 0;
     for call in 0..40u64 {
         let v = SimVfs::new();
-        let mut e = Engine::create_with(DIR, &deferred(), common::sim(&v)).unwrap();
+        let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), common::sim(&v)).unwrap();
         for k in 0..10 {
-            e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
+            e.append_var(&tagged(k), &[0, tagged(k).len()]).unwrap();
         }
         e.sync().unwrap();
         e.delete(&[0, 1, 2, 3, 4, 5, 6]).unwrap();
         assert!(e.verify().unwrap().is_ok());
         for k in 20..22 {
-            e.append_var(&rec(k), &[0, rec(k).len()]).unwrap();
+            e.append_var(&tagged(k), &[0, tagged(k).len()]).unwrap();
         }
         e.delete(&[1]).unwrap();
         v.fail_at(Some(call));

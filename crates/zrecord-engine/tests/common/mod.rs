@@ -125,3 +125,16 @@ pub fn count_files(dir: &Path, ext: &str) -> usize {
         .count()
 }
 pub mod workload;
+
+/// Options for a store whose appends and deletes defer to `sync`.
+pub fn at_sync(codec: Codec) -> CreateOptions {
+    CreateOptions {
+        durability: zrecord_engine::Durability::AtSync,
+        ..CreateOptions::new(codec)
+    }
+}
+
+/// Record `k` of the deferred-durability tests: `30 + k` bytes of `k`.
+pub fn tagged(k: u8) -> Vec<u8> {
+    vec![k; 30 + k as usize]
+}
