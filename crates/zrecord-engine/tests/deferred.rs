@@ -5,7 +5,7 @@
 
 mod common;
 use common::workload::read_all;
-use common::{at_sync, tagged};
+use common::{append_by_hand, at_sync, tagged};
 use std::path::Path;
 use zrecord_engine::sim::SimVfs;
 use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode};
@@ -208,30 +208,11 @@ fn pending_deletes_are_not_finished_over_a_foreign_writers_changes() {
     e.delete(&[0]).unwrap();
     let killed = v.snapshot().kill_image();
     std::mem::forget(e);
-    // The reference's append of tagged(9), by hand: bytes at the frontier of
-    // chunk 0, an entry at slot 6 (segment 1 of 4-entry segments), then
-    // meta.zr with the new frontier and length.
+    // The reference appends tagged(9) at slot 6.
     let dir = Path::new(DIR);
-    let mut meta = killed.read_file(&dir.join("meta.zr")).unwrap();
+    let meta = killed.read_file(&dir.join("meta.zr")).unwrap();
     assert_eq!(u64::from_le_bytes(meta[14..22].try_into().unwrap()), 6);
-    assert_eq!(u32::from_le_bytes(meta[6..10].try_into().unwrap()), 0);
-    let tail = u32::from_le_bytes(meta[10..14].try_into().unwrap());
-    let r = tagged(9);
-    let mut chunk = killed.read_file(&dir.join("0.chunk")).unwrap();
-    chunk.truncate(tail as usize);
-    chunk.extend_from_slice(&r);
-    killed.write_file(&dir.join("0.chunk"), &chunk);
-    let mut seg = killed.read_file(&dir.join("1.loc")).unwrap();
-    assert_eq!(seg.len(), 32, "slots 4 and 5");
-    let n = r.len() as u32;
-    // offset, stored length, logical length, chunk.
-    for x in [tail, n, n, 0] {
-        seg.extend_from_slice(&x.to_le_bytes());
-    }
-    killed.write_file(&dir.join("1.loc"), &seg);
-    meta[10..14].copy_from_slice(&(tail + n).to_le_bytes());
-    meta[14..22].copy_from_slice(&7u64.to_le_bytes());
-    killed.write_file(&dir.join("meta.zr"), &meta);
+    append_by_hand(&killed, dir, 4, &tagged(9));
 
     for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
         let r = Engine::open_with(DIR, mode, big(&killed)).unwrap();

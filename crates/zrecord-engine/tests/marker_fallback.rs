@@ -5,7 +5,7 @@
 
 mod common;
 use common::workload::read_all;
-use common::{at_sync, tagged};
+use common::{append_by_hand, at_sync, tagged};
 use std::path::Path;
 use zrecord_engine::sim::SimVfs;
 use zrecord_engine::{Codec, Engine, OpenMode};
@@ -205,27 +205,11 @@ fn a_failed_settle_over_a_foreign_append_after_finished_deletes_is_whole() {
     assert!(e.verify().unwrap().is_ok(), "written in place, done");
     let killed = v.snapshot().kill_image();
     std::mem::forget(e);
+    // The reference appends tagged(9) at slot 4.
     let dir = Path::new(DIR);
-    let mut meta = killed.read_file(&dir.join("meta.zr")).unwrap();
+    let meta = killed.read_file(&dir.join("meta.zr")).unwrap();
     assert_eq!(u64::from_le_bytes(meta[14..22].try_into().unwrap()), 4);
-    assert_eq!(u32::from_le_bytes(meta[6..10].try_into().unwrap()), 0);
-    let tail = u32::from_le_bytes(meta[10..14].try_into().unwrap());
-    let r = tagged(9);
-    let mut chunk = killed.read_file(&dir.join("0.chunk")).unwrap();
-    chunk.truncate(tail as usize);
-    chunk.extend_from_slice(&r);
-    killed.write_file(&dir.join("0.chunk"), &chunk);
-    let n = r.len() as u32;
-    let mut seg = Vec::new();
-    for x in [tail, n, n, 0] {
-        seg.extend_from_slice(&x.to_le_bytes());
-    }
-    let mut loc1 = killed.read_file(&dir.join("1.loc")).unwrap();
-    loc1[..16].copy_from_slice(&seg);
-    killed.write_file(&dir.join("1.loc"), &loc1);
-    meta[10..14].copy_from_slice(&(tail + n).to_le_bytes());
-    meta[14..22].copy_from_slice(&5u64.to_le_bytes());
-    killed.write_file(&dir.join("meta.zr"), &meta);
+    append_by_hand(&killed, dir, 4, &tagged(9));
 
     let foreign = tags(&[4, 5, 2, 3, 9]);
     let r = Engine::open_with(DIR, OpenMode::ReadWrite, big(&killed.fork())).unwrap();

@@ -138,3 +138,31 @@ pub fn at_sync(codec: Codec) -> CreateOptions {
 pub fn tagged(k: u8) -> Vec<u8> {
     vec![k; 30 + k as usize]
 }
+
+/// Appends raw record `rec` to the store in `dir` on `v` the way loaderx
+/// 1.7.2 does (which ignores `durable.zr`), by hand: its bytes at the
+/// frontier of chunk 0 (which must be the tail chunk), its entry (offset,
+/// stored and logical length, chunk) at slot `length` of the `seg`-entry
+/// segments, then `meta.zr` with the new frontier and length.
+pub fn append_by_hand(v: &zrecord_engine::sim::SimVfs, dir: &Path, seg: u64, rec: &[u8]) {
+    let mut meta = v.read_file(&dir.join("meta.zr")).unwrap();
+    assert_eq!(u32::from_le_bytes(meta[6..10].try_into().unwrap()), 0);
+    let tail = u32::from_le_bytes(meta[10..14].try_into().unwrap());
+    let len = u64::from_le_bytes(meta[14..22].try_into().unwrap());
+    let mut chunk = v.read_file(&dir.join("0.chunk")).unwrap();
+    chunk.truncate(tail as usize);
+    chunk.extend_from_slice(rec);
+    v.write_file(&dir.join("0.chunk"), &chunk);
+    let n = rec.len() as u32;
+    let name = dir.join(format!("{}.loc", len / seg));
+    let mut loc = v.read_file(&name).unwrap_or_default();
+    let at = (len % seg) as usize * 16;
+    loc.resize(loc.len().max(at + 16), 0);
+    for (k, x) in [tail, n, n, 0].iter().enumerate() {
+        loc[at + 4 * k..at + 4 * k + 4].copy_from_slice(&x.to_le_bytes());
+    }
+    v.write_file(&name, &loc);
+    meta[10..14].copy_from_slice(&(tail + n).to_le_bytes());
+    meta[14..22].copy_from_slice(&(len + 1).to_le_bytes());
+    v.write_file(&dir.join("meta.zr"), &meta);
+}
