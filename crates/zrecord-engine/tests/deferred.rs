@@ -5,7 +5,7 @@
 
 mod common;
 use common::workload::read_all;
-use common::{append_by_hand, at_sync, tagged};
+use common::{append_by_hand, at_sync, reopen_after_each_failed_open, tagged};
 use std::path::Path;
 use zrecord_engine::sim::SimVfs;
 use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode};
@@ -679,21 +679,10 @@ fn an_open_whose_roll_back_write_fails_leaves_the_marker_for_the_next_one() {
             l[..16] == loc0[..16] && img.read_file(&meta).unwrap() != meta0
         })
         .expect("a power cut that keeps the entry and drops the header");
-    let mut failed_opens = 0;
-    for n in 0..60 {
-        let img = torn.fork();
-        img.fail_at(Some(n));
-        let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&img));
-        img.fail_at(None);
-        if r.is_ok() {
-            continue;
-        }
-        failed_opens += 1;
-        let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&img))
-            .unwrap_or_else(|err| panic!("call {n}: reopen failed: {err}"));
+    let failed_opens = reopen_after_each_failed_open(&torn, DIR, cfg, 60, |n, r| {
         assert_eq!(read_all(&r).unwrap(), synced, "call {n} failed");
         assert!(r.verify().unwrap().is_ok(), "call {n}");
-    }
+    });
     assert!(failed_opens > 5);
 }
 
@@ -842,24 +831,13 @@ fn a_failed_open_after_a_killed_writers_deletes_leaves_a_whole_state() {
         let model = deleted(all, &[1, 0]);
         let killed = v.snapshot().kill_image();
         std::mem::forget(e);
-        let mut failed = 0;
-        for n in 0..80 {
-            let img = killed.fork();
-            img.fail_at(Some(n));
-            let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&img));
-            img.fail_at(None);
-            if r.is_ok() {
-                continue;
-            }
-            failed += 1;
-            let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&img))
-                .unwrap_or_else(|err| panic!("flushed {flushed} call {n}: {err}"));
+        let failed = reopen_after_each_failed_open(&killed, DIR, cfg, 80, |n, r| {
             let got = read_all(&r).unwrap();
             assert!(
                 got == model || got == synced,
                 "flushed {flushed} call {n}: {got:?}"
             );
-        }
+        });
         assert!(failed > 5);
     }
 }
@@ -911,19 +889,8 @@ fn a_failed_open_over_a_foreign_delete_puts_nothing_back() {
     let _g = serial();
     let killed = killed_with_a_pending_delete_then_a_foreign_one();
 
-    let mut failed = 0;
-    for n in 0..60 {
-        let img = killed.fork();
-        img.fail_at(Some(n));
-        let r = Engine::open_with(DIR, OpenMode::ReadWrite, big(&img));
-        img.fail_at(None);
-        if r.is_ok() {
-            continue;
-        }
-        failed += 1;
-        let r = Engine::open_with(DIR, OpenMode::ReadWrite, big(&img))
-            .unwrap_or_else(|err| panic!("call {n}: reopen failed: {err}"));
+    let failed = reopen_after_each_failed_open(&killed, DIR, big, 60, |_, r| {
         expect_tags(&r, &[0, 1, 2, 3, 4, 9, 6, 7, 8]);
-    }
+    });
     assert!(failed > 5);
 }

@@ -5,7 +5,7 @@
 
 mod common;
 use common::workload::read_all;
-use common::{append_by_hand, at_sync, tagged};
+use common::{append_by_hand, at_sync, reopen_after_each_failed_open, tagged};
 use std::path::Path;
 use zrecord_engine::sim::SimVfs;
 use zrecord_engine::{Codec, Engine, OpenMode};
@@ -48,21 +48,10 @@ fn the_fallback_to_the_marker_rolls_back_finished_and_unfinished_deletes() {
 
     // The fallback open fails at any call: the next one still finds the
     // marker's state.
-    let mut failed = 0;
-    for call in 0..60 {
-        let img = image.fork();
-        img.fail_at(Some(call));
-        let r = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&img));
-        img.fail_at(None);
-        if r.is_ok() {
-            continue;
-        }
-        failed += 1;
-        let r = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&img))
-            .unwrap_or_else(|err| panic!("call {call}: reopen failed: {err}"));
+    let failed = reopen_after_each_failed_open(&image, DIR, common::sim, 60, |call, r| {
         assert_eq!(read_all(&r).unwrap(), tags(&[0, 1, 2]), "call {call}");
         assert!(r.verify().unwrap().is_ok(), "call {call}");
-    }
+    });
     assert!(failed > 5);
 
     // Read-only: the table mapped, the undo entries over it (`read_all`
@@ -215,24 +204,13 @@ fn a_failed_settle_over_a_foreign_append_after_finished_deletes_is_whole() {
     let r = Engine::open_with(DIR, OpenMode::ReadWrite, big(&killed.fork())).unwrap();
     assert_eq!(read_all(&r).unwrap(), foreign);
     drop(r);
-    let mut failed = 0;
-    for call in 0..60 {
-        let img = killed.fork();
-        img.fail_at(Some(call));
-        let r = Engine::open_with(DIR, OpenMode::ReadWrite, big(&img));
-        img.fail_at(None);
-        if r.is_ok() {
-            continue;
-        }
-        failed += 1;
-        let r = Engine::open_with(DIR, OpenMode::ReadWrite, big(&img))
-            .unwrap_or_else(|err| panic!("call {call}: reopen failed: {err}"));
+    let failed = reopen_after_each_failed_open(&killed, DIR, big, 60, |call, r| {
         let got = read_all(&r).unwrap();
         assert!(
             got == foreign || got == tags(&[0, 1, 2, 3, 4, 5]),
             "call {call}: {got:?}"
         );
         assert!(r.verify().unwrap().is_ok(), "call {call}");
-    }
+    });
     assert!(failed > 5);
 }

@@ -166,3 +166,31 @@ pub fn append_by_hand(v: &zrecord_engine::sim::SimVfs, dir: &Path, seg: u64, rec
     meta[14..22].copy_from_slice(&(len + 1).to_le_bytes());
     v.write_file(&dir.join("meta.zr"), &meta);
 }
+
+/// Fails each of the first `calls` I/O calls of a read-write open of the
+/// store in `dir` (on a fork of `image` each time); where the open failed,
+/// opens it again on that fork, healthy, and hands the call's number and
+/// that handle to `check`. Returns how many opens failed.
+pub fn reopen_after_each_failed_open(
+    image: &zrecord_engine::sim::SimVfs,
+    dir: &str,
+    cfg: impl Fn(&zrecord_engine::sim::SimVfs) -> EngineConfig,
+    calls: u64,
+    mut check: impl FnMut(u64, Engine),
+) -> usize {
+    let mut failed = 0;
+    for n in 0..calls {
+        let img = image.fork();
+        img.fail_at(Some(n));
+        let r = Engine::open_with(dir, OpenMode::ReadWrite, cfg(&img));
+        img.fail_at(None);
+        if r.is_ok() {
+            continue;
+        }
+        failed += 1;
+        let r = Engine::open_with(dir, OpenMode::ReadWrite, cfg(&img))
+            .unwrap_or_else(|err| panic!("call {n}: reopen failed: {err}"));
+        check(n, r);
+    }
+    failed
+}
