@@ -3,7 +3,8 @@
 //! that returned. A child process (this test binary, re-executed) appends,
 //! deletes and compacts, printing each commit as it returns; the parent
 //! SIGKILLs it at random moments (at least a third of them during a
-//! compaction), then reopens at once and checks the state is the committed
+//! compaction: the child stops after a compaction's first move until the
+//! parent answers, so a busy box cannot make the kill miss it), then reopens at once and checks the state is the committed
 //! prefix or that plus the operation in flight, bit-exact. Odd seeds append
 //! with deferred durability (`Durability::AtSync`): nothing is fsynced before
 //! a commit, and a kill must still lose nothing that returned.
@@ -67,10 +68,22 @@ fn child(spec: &str) {
     e.set_durability(durability(seed)).unwrap();
     let model = read_all(&e).unwrap();
     let mut out = std::io::stdout().lock();
+    let mut answers = std::io::stdin().lock().lines();
     for (k, (op, _)) in ops(seed, model).iter().enumerate() {
         writeln!(out, "S {k} {}", matches!(op, Op::Compact) as u8).unwrap();
         out.flush().unwrap();
-        run(&mut e, op).unwrap();
+        if matches!(op, Op::Compact) {
+            // One move, then say so and wait: the store is mid-compaction
+            // until the parent answers (and may kill it meanwhile).
+            if !e.compact_steps(1).unwrap() {
+                writeln!(out, "M {k}").unwrap();
+                out.flush().unwrap();
+                answers.next().unwrap().unwrap();
+                e.compact().unwrap();
+            }
+        } else {
+            run(&mut e, op).unwrap();
+        }
         writeln!(out, "C {k}").unwrap();
         out.flush().unwrap();
         if durability(seed) == Durability::AtSync {
@@ -115,24 +128,34 @@ fn killed_writer_leaves_a_prefix_of_its_commits() {
                 "--test-threads=1",
             ])
             .env(CHILD, format!("{}|{seed}", dir.display()))
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
+        let mut answer = c.stdin.take().unwrap();
         let mut log: Vec<String> = Vec::new();
-        // Kill on a compaction start (2 of 3), or after a random number of lines.
+        // Kill in the first compaction (2 of 3: after its first move), or
+        // after a random number of lines.
         let target_compact = seed % 3 != 2;
         let after = rng.below(OPS_PER_CHILD);
         let mut killed = false;
         for line in lines.by_ref() {
             let line = line.unwrap();
+            let mid_compaction = line.starts_with("M ");
             let hit = if target_compact {
-                line.starts_with("S ") && line.ends_with(" 1")
+                mid_compaction
             } else {
                 log.len() as u64 >= after
             };
             log.push(line);
+            // A hit kills the child while it waits (3 of 4), or lets it go
+            // on into the rest of the compaction first.
+            if mid_compaction && (!hit || seed % 4 == 3) {
+                writeln!(answer, "go").unwrap();
+                answer.flush().unwrap();
+            }
             if hit {
                 // Deferred appends take microseconds: kill soon after.
                 let us = rng.below(match (target_compact, durability(seed)) {
@@ -146,18 +169,24 @@ fn killed_writer_leaves_a_prefix_of_its_commits() {
                 break;
             }
         }
-        log.extend(lines.map(|l| l.unwrap()));
+        // A child not killed runs to its end, answered at every compaction.
+        for line in lines {
+            let line = line.unwrap();
+            if !killed && line.starts_with("M ") {
+                writeln!(answer, "go").unwrap();
+                answer.flush().unwrap();
+            }
+            log.push(line);
+        }
         c.wait().unwrap();
         let log: Vec<&String> = log
             .iter()
-            .filter(|l| l.starts_with("S ") || l.starts_with("C "))
+            .filter(|l| l.starts_with("S ") || l.starts_with("C ") || l.starts_with("M "))
             .collect();
         let done = log.iter().filter(|l| l.starts_with("C ")).count();
-        let last_is_compact_start = log
-            .last()
-            .is_some_and(|l| l.starts_with("S ") && l.ends_with(" 1"));
+        let last_is_mid_compaction = log.last().is_some_and(|l| l.starts_with("M "));
         kills += killed as u64;
-        in_compaction += (killed && last_is_compact_start) as u64;
+        in_compaction += (killed && last_is_mid_compaction) as u64;
         commits_seen += done as u64;
         // A deferred writer killed between syncs leaves its marker.
         let marker = dir.join("durable.zr").exists();
