@@ -229,7 +229,7 @@ impl Engine {
             log.unsynced = false;
         }
         // A later entry for a slot wins, a slot a later delete cut off
-        // gets none; sorted, consecutive slots go in one write.
+        // gets none; sorted, nearby slots go in one write.
         let entries: Vec<(u64, Loc)> = log
             .pending
             .iter()
@@ -803,7 +803,10 @@ const SPAN_MAX: u64 = 1 << 16;
 /// Slots close together in a segment go in one write: the entries between
 /// them are read first and written back unchanged (the same bytes, so a
 /// torn write cannot change them), which turns a scattered delete's tens
-/// of thousands of 16-byte writes into a few large ones.
+/// of thousands of 16-byte writes into a few large ones. (Compaction's
+/// batches fill their gaps from the table in memory instead, which holds
+/// what the files do there; the put-backs of an open's roll-back and of a
+/// failed sync write entries the memory no longer matches, so this reads.)
 pub(crate) fn write_entries(
     st: &crate::engine::State,
     dir: &std::path::Path,
