@@ -310,6 +310,18 @@ fn chunks(a: &[String]) {
         fds(),
         status("VmSize:") / 1024.0
     );
+    // One record and a sync, in a loop: what a sync costs in a store of
+    // many files (each round's first sync on a fresh handle syncs all).
+    let t = Instant::now();
+    for _ in 0..20 {
+        e.append_fixed(&buf[..w], w).unwrap();
+        e.sync().unwrap();
+    }
+    println!(
+        "append 1 record + sync x 20: {:.2} ms/round",
+        t.elapsed().as_secs_f64() / 20.0 * 1e3
+    );
+    let n = e.len();
     let mut r = Rng(3);
     let mut out = vec![0u8; 256 * w];
     let t = Instant::now();

@@ -9,6 +9,7 @@ use crate::engine::{Engine, Handle};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, LOC_SIZE, Loc, MAX_RECORD_LEN};
 use crate::vfs::OpenFlags;
+use crate::vfs::StorageFile as _;
 use rayon::prelude::*;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -167,6 +168,7 @@ impl Engine {
         let mut new_chunks: Vec<Arc<Handle>> = Vec::new();
         for c in (u64::from(header.tail_chunk) + 1)..=u64::from(chunk) {
             let p = self.dir.join(format::chunk_name(c));
+            self.dir_dirty.store(true, Ordering::Release);
             let f = self
                 .cfg
                 .vfs
@@ -174,7 +176,7 @@ impl Engine {
                 .map_err(|e| self.poison(Error::io(&p, "create", e)))?;
             let map = Self::map_chunk(&self.cfg, &*f);
             new_chunks.push(Arc::new(Handle {
-                file: f,
+                file: crate::vfs::Tracked::new(f),
                 path: p,
                 map,
             }));
@@ -226,13 +228,14 @@ impl Engine {
                 let k = s as usize - nlocs;
                 if k == new_locs.len() {
                     let p = self.dir.join(format::loc_name(s));
+                    self.dir_dirty.store(true, Ordering::Release);
                     let f = self
                         .cfg
                         .vfs
                         .open(&p, OpenFlags::Create)
                         .map_err(|e| self.poison(Error::io(&p, "create", e)))?;
                     new_locs.push(Arc::new(Handle {
-                        file: f,
+                        file: crate::vfs::Tracked::new(f),
                         path: p,
                         map: None,
                     }));

@@ -114,7 +114,7 @@ pub struct Stats {
 /// mmap path, its mapping.
 #[derive(Debug)]
 pub(crate) struct Handle {
-    pub file: Box<dyn StorageFile>,
+    pub file: crate::vfs::Tracked,
     pub path: PathBuf,
     pub map: Option<Box<dyn Mapping>>,
 }
@@ -159,6 +159,10 @@ pub struct Engine {
     pub(crate) boot: Option<Vec<u8>>,
     /// `durable.zr` exists: `meta.zr` may be ahead of the disk.
     pub(crate) armed: AtomicBool,
+    /// A file may have been created since the directory was last synced
+    /// (an append's new chunk or loc segment): its entry must be durable
+    /// before the marker goes.
+    pub(crate) dir_dirty: AtomicBool,
     /// The header `durable.zr` names (when it is valid): durable, and put
     /// back into `meta.zr` when a sync fails.
     pub(crate) durable_header: Mutex<Option<Header>>,
@@ -298,7 +302,7 @@ impl Engine {
             header,
             table: Table::Owned(Vec::new()),
             chunks: vec![Arc::new(Handle {
-                file: chunk,
+                file: crate::vfs::Tracked::new(chunk),
                 path: chunk_path,
                 map,
             })],
@@ -312,7 +316,7 @@ impl Engine {
             codec,
             read_only: false,
             meta: Handle {
-                file: meta,
+                file: crate::vfs::Tracked::new(meta),
                 path: meta_path,
                 map: None,
             },
@@ -323,6 +327,7 @@ impl Engine {
             durability: opts.durability,
             boot: vfs.boot_id(),
             armed: AtomicBool::new(false),
+            dir_dirty: AtomicBool::new(true),
             durable_header: Mutex::new(None),
             log: Mutex::new(None),
             pid: std::process::id(),
@@ -1175,7 +1180,7 @@ impl Engine {
             };
             let map = Self::map_chunk(&cfg, &*f);
             chunks.push(Arc::new(Handle {
-                file: f,
+                file: crate::vfs::Tracked::new(f),
                 path: p,
                 map,
             }));
@@ -1216,7 +1221,7 @@ impl Engine {
             }
             seg_sizes.push(entries);
             locs.push(Arc::new(Handle {
-                file: f,
+                file: crate::vfs::Tracked::new(f),
                 path: p,
                 map: None,
             }));
@@ -1299,7 +1304,7 @@ impl Engine {
                 }
                 let p = dir.join(name);
                 locs.push(Arc::new(Handle {
-                    file: open(&p)?,
+                    file: crate::vfs::Tracked::new(open(&p)?),
                     path: p,
                     map: None,
                 }));
@@ -1328,7 +1333,7 @@ impl Engine {
             codec,
             read_only,
             meta: Handle {
-                file: meta,
+                file: crate::vfs::Tracked::new(meta),
                 path: meta_path,
                 map: None,
             },
@@ -1341,6 +1346,7 @@ impl Engine {
             // A marker left by a handle that never synced: settled below by a
             // read-write handle, left alone by a read-only one.
             armed: AtomicBool::new(has_marker),
+            dir_dirty: AtomicBool::new(true),
             durable_header: Mutex::new(marker_header),
             log: Mutex::new(None),
             pid: std::process::id(),
@@ -1585,12 +1591,15 @@ impl Engine {
             // Files the deferred appends created get durable entries before
             // the marker goes; then its removal is made durable.
             let sync_dir = || {
-                self.cfg
-                    .vfs
-                    .sync_dir(&self.dir)
-                    .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))
+                self.dir_dirty.store(false, Ordering::Release);
+                self.cfg.vfs.sync_dir(&self.dir).map_err(|e| {
+                    self.dir_dirty.store(true, Ordering::Release);
+                    self.poison(Error::io(&self.dir, "sync directory", e))
+                })
             };
-            sync_dir()?;
+            if self.dir_dirty.load(Ordering::Acquire) {
+                sync_dir()?;
+            }
             let p = self.dir.join(DURABLE_FILE);
             match self.cfg.vfs.remove(&p) {
                 Ok(()) => {}
@@ -1699,18 +1708,18 @@ impl Engine {
         }
     }
 
-    /// fsyncs the chunks, the loc segments and `meta.zr` (the caller holds
-    /// the append lock).
+    /// fsyncs the chunks, the loc segments and `meta.zr` that were written
+    /// since their last sync (the caller holds the append lock).
     fn sync_files(&self) -> Result<()> {
         let st = self.read_state();
         for h in st.chunks.iter().chain(st.locs.iter()) {
             h.file
-                .sync()
+                .sync_if_dirty()
                 .map_err(|e| self.poison(Error::io(&h.path, "sync", e)))?;
         }
         self.meta
             .file
-            .sync()
+            .sync_if_dirty()
             .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))
     }
 
@@ -1739,6 +1748,8 @@ impl Engine {
             .vfs
             .sync_dir(&self.dir)
             .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))?;
+        // Which made every file created so far durable too.
+        self.dir_dirty.store(false, Ordering::Release);
         *self
             .durable_header
             .lock()

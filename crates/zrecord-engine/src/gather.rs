@@ -7,6 +7,7 @@ use crate::engine::{Engine, Handle, State, check_entry, entry_reachable};
 use crate::error::{Error, Result};
 use crate::format::Loc;
 use crate::table::View;
+use crate::vfs::StorageFile as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLockReadGuard};

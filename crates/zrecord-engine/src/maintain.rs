@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, Header, LOC_SIZE, Loc};
 use crate::intent::{INTENT_FILE, Intent};
 use crate::vfs::OpenFlags;
+use crate::vfs::StorageFile as _;
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;

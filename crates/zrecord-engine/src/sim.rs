@@ -64,6 +64,8 @@ struct State {
     calls: u64,
     /// File and directory syncs made.
     syncs: u64,
+    /// Directory syncs made (counted in `syncs` too).
+    dir_syncs: u64,
     /// First failing call and how many fail.
     fail_at: Option<(u64, u64)>,
     record: bool,
@@ -285,6 +287,11 @@ impl SimVfs {
     /// File and directory syncs made so far (failed ones too).
     pub fn syncs(&self) -> u64 {
         self.lock().syncs
+    }
+
+    /// Directory syncs made so far (failed ones too).
+    pub fn dir_syncs(&self) -> u64 {
+        self.lock().dir_syncs
     }
 
     /// Starts or stops recording a snapshot before every mutating call.
@@ -638,6 +645,7 @@ impl Vfs for SimVfs {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut s = self.lock();
         s.syncs += 1;
+        s.dir_syncs += 1;
         enter(&mut s, true)?;
         // Every file entry (a simplification: tests sync the one directory
         // they use), and the directories made in this one.

@@ -4,6 +4,7 @@
 use crate::engine::{Engine, check_entry};
 use crate::error::Result;
 use crate::format::{LOC_SIZE, Loc};
+use crate::vfs::StorageFile as _;
 
 /// Most records, and bytes, that `verify` decodes in one gather.
 const VERIFY_BATCH: usize = 4096;

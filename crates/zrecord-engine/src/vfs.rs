@@ -10,6 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How to open a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +70,79 @@ pub trait StorageFile: Send + Sync + Debug {
     /// Maps `len` bytes of address space over the file, if the backend can.
     fn map(&self, _len: u64) -> Option<Box<dyn Mapping>> {
         None
+    }
+}
+
+/// A file that knows whether it was written since its last successful
+/// sync, so that making a store durable can skip its clean files: an
+/// fsync costs a device cache flush (about 0.1 ms on this project's VM)
+/// even when there is nothing to write. New handles count as written
+/// (another process, or this open's recovery, may have left pages).
+#[derive(Debug)]
+pub(crate) struct Tracked {
+    inner: Box<dyn StorageFile>,
+    dirty: AtomicBool,
+}
+
+impl Tracked {
+    pub(crate) fn new(inner: Box<dyn StorageFile>) -> Tracked {
+        Tracked {
+            inner,
+            dirty: AtomicBool::new(true),
+        }
+    }
+
+    /// Syncs the file if anything was written to it since its last
+    /// successful sync. Cleared before the sync: a write racing it marks
+    /// the file again (writers and syncs are serialised by the engine, so
+    /// none does).
+    pub(crate) fn sync_if_dirty(&self) -> io::Result<()> {
+        if self.dirty.swap(false, Ordering::AcqRel) {
+            self.inner
+                .sync()
+                .inspect_err(|_| self.dirty.store(true, Ordering::Release))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn wrote<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        // A failed write may have written part of its bytes.
+        self.dirty.store(true, Ordering::Release);
+        r
+    }
+}
+
+impl StorageFile for Tracked {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.wrote(self.inner.write_at(buf, offset))
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.wrote(self.inner.write_vectored_at(bufs, offset))
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.wrote(self.inner.set_len(len))
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.dirty.store(false, Ordering::Release);
+        self.inner
+            .sync()
+            .inspect_err(|_| self.dirty.store(true, Ordering::Release))
+    }
+    fn try_lock(&self, exclusive: bool) -> io::Result<bool> {
+        self.inner.try_lock(exclusive)
+    }
+    fn file_id(&self) -> io::Result<Option<(u64, u64)>> {
+        self.inner.file_id()
+    }
+    fn map(&self, len: u64) -> Option<Box<dyn Mapping>> {
+        self.inner.map(len)
     }
 }
 

@@ -894,3 +894,56 @@ fn a_failed_open_over_a_foreign_delete_puts_nothing_back() {
     });
     assert!(failed > 5);
 }
+
+/// An append-and-sync loop syncs only what each round wrote: the marker
+/// and the directory entry it makes, the tail chunk and loc segment and
+/// `meta.zr`, then the directory again for the marker's removal; not
+/// every chunk and segment of the store twice a round (an fsync of a
+/// clean file still flushes the device's cache). The directory is synced
+/// before the removal too only when the round's append created a file.
+#[test]
+fn an_append_and_sync_loop_syncs_only_the_files_each_round_wrote() {
+    let _g = serial();
+    let v = SimVfs::new();
+    let cfg = EngineConfig {
+        chunk_capacity: 256,
+        loc_segment_entries: 8,
+        ..cfg(&v)
+    };
+    let e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg.clone()).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    let files = || {
+        (0..64)
+            .flat_map(|i| [format!("{i}.chunk"), format!("{i}.loc")])
+            .filter(|n| v.read_file(&Path::new(DIR).join(n)).is_some())
+            .count()
+    };
+    let (mut plain, mut creating) = (0, 0);
+    for k in 6..40 {
+        let (syncs, dir_syncs, before) = (v.syncs(), v.dir_syncs(), files());
+        append(&e, k..k + 1);
+        let created = files() > before;
+        e.sync().unwrap();
+        let (syncs, dir_syncs) = (v.syncs() - syncs, v.dir_syncs() - dir_syncs);
+        if created {
+            creating += 1;
+            assert_eq!(
+                dir_syncs, 3,
+                "round {k}: a new file's entry, then the marker's removal"
+            );
+            assert!(syncs <= 8, "round {k}: {syncs} syncs");
+        } else {
+            plain += 1;
+            assert_eq!((syncs, dir_syncs), (6, 2), "round {k}, {before} files");
+        }
+    }
+    assert!(
+        plain >= 10 && creating >= 5,
+        "{plain} plain rounds, {creating} creating ones"
+    );
+    assert!(files() >= 12, "the store grew to {} files", files());
+    e.close().unwrap();
+    let e = Engine::open_with(DIR, OpenMode::ReadOnly, cfg).unwrap();
+    expect(&e, 0..40);
+}
