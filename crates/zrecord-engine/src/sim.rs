@@ -68,6 +68,8 @@ struct State {
     dir_syncs: u64,
     /// First failing call and how many fail.
     fail_at: Option<(u64, u64)>,
+    /// Further single calls that fail (see [`SimVfs::fail_calls`]).
+    fail_also: BTreeSet<u64>,
     record: bool,
     snapshots: Vec<Snapshot>,
     /// Which boot of the simulated machine this is (a power cut starts the
@@ -279,6 +281,15 @@ impl SimVfs {
         s.fail_at = n.map(|n| (s.calls + n, count));
     }
 
+    /// Fails each of the `ns`th I/O calls from now (0-based), besides any
+    /// [`SimVfs::fail_at`] span: faults apart from each other, as a device
+    /// that fails a sync and later a read gives; empty clears.
+    pub fn fail_calls(&self, ns: &[u64]) {
+        let mut s = self.lock();
+        let now = s.calls;
+        s.fail_also = ns.iter().map(|n| now + n).collect();
+    }
+
     /// I/O calls made so far.
     pub fn calls(&self) -> u64 {
         self.lock().calls
@@ -398,6 +409,7 @@ fn enter(s: &mut State, mutating: bool) -> io::Result<()> {
     s.calls += 1;
     if s.fail_at
         .is_some_and(|(first, count)| (first..first + count).contains(&n))
+        || s.fail_also.contains(&n)
     {
         return Err(io::Error::other(format!(
             "injected failure of I/O call {n}"
