@@ -196,6 +196,37 @@ impl Snapshot {
         })
     }
 
+    /// As [`Snapshot::crash_image`], on a file system that does not keep
+    /// the order of directory operations between syncs: each unsynced one
+    /// is kept or dropped on its own (a file's creation can be lost while
+    /// a later removal lasts). Files keep or lose their unsynced writes as
+    /// in `crash_image(seed)`; directories made by `create_dir_all` are as
+    /// there too (use it where the store's directory is durable).
+    pub fn crash_image_unordered(&self, seed: u64) -> SimVfs {
+        let img = self.crash_image(seed);
+        let mut rng = SimRng(seed ^ 0xD1B5_4A32_D192_ED03);
+        let mut dir = self.durable_dir.clone();
+        for op in &self.dir_log {
+            if rng.below(2) == 0 {
+                continue;
+            }
+            match op {
+                DirOp::Link(p, id) => {
+                    dir.insert(p.clone(), *id);
+                }
+                DirOp::Unlink(p) => {
+                    dir.remove(p);
+                }
+            }
+        }
+        {
+            let mut s = img.lock();
+            s.durable_dir = dir.clone();
+            s.dir = dir;
+        }
+        img
+    }
+
     /// The disk a killed process leaves at this point: every write it issued
     /// is there (in the page cache, still unsynced), and the machine is the
     /// same boot.
