@@ -1565,19 +1565,42 @@ impl Engine {
             // repeat others (left alone, the files and the log still
             // make the state before the error).
             let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-            if put_back && let Some(log) = log.as_mut() {
+            if put_back
+                && let Some(h) = h
+                && let Some(log) = log.as_mut()
+            {
                 let undo: Vec<(u64, Loc)> = log.undo.iter().map(|(&i, &l)| (i, l)).collect();
-                let _ = crate::maintain::write_entries(
+                let restored = crate::maintain::write_entries(
                     &self.read_state(),
                     &self.dir,
                     self.cfg.loc_segment_entries,
                     &undo,
                     false,
                     &|e| e,
-                );
-                let done = crate::deferred::LogRecord::Done.encode();
-                if log.file.write_at(&done, log.end).is_ok() {
-                    log.end += done.len() as u64;
+                )
+                .is_ok();
+                if restored {
+                    let done = crate::deferred::LogRecord::Done.encode();
+                    if log.file.write_at(&done, log.end).is_ok() {
+                        log.end += done.len() as u64;
+                    }
+                } else {
+                    // Some entries are not back: under the header put
+                    // back they would lose records and repeat others, and
+                    // a *done* would have an open on this boot trust them.
+                    // The marker is made another boot's instead (its
+                    // fixed part, one sector, its boot id as long as the
+                    // one there), so that open rolls back as after a power
+                    // cut, writing the undo entries itself.
+                    let mut boot = [0u8];
+                    if log.file.read_at(&mut boot, 5).is_ok() {
+                        let m = Marker {
+                            header: h,
+                            boot: vec![0xFF; usize::from(boot[0])],
+                            log: Vec::new(),
+                        };
+                        let _ = log.file.write_at(&m.encode(), 0);
+                    }
                 }
             }
         }

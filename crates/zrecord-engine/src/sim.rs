@@ -68,6 +68,8 @@ struct State {
     dir_syncs: u64,
     /// First failing call and how many fail.
     fail_at: Option<(u64, u64)>,
+    /// Further single calls that fail (see [`SimVfs::fail_calls`]).
+    fail_also: BTreeSet<u64>,
     record: bool,
     snapshots: Vec<Snapshot>,
     /// Which boot of the simulated machine this is (a power cut starts the
@@ -194,6 +196,37 @@ impl Snapshot {
         })
     }
 
+    /// As [`Snapshot::crash_image`], on a file system that does not keep
+    /// the order of directory operations between syncs: each unsynced one
+    /// is kept or dropped on its own (a file's creation can be lost while
+    /// a later removal lasts). Files keep or lose their unsynced writes as
+    /// in `crash_image(seed)`; directories made by `create_dir_all` are as
+    /// there too (use it where the store's directory is durable).
+    pub fn crash_image_unordered(&self, seed: u64) -> SimVfs {
+        let img = self.crash_image(seed);
+        let mut rng = SimRng(seed ^ 0xD1B5_4A32_D192_ED03);
+        let mut dir = self.durable_dir.clone();
+        for op in &self.dir_log {
+            if rng.below(2) == 0 {
+                continue;
+            }
+            match op {
+                DirOp::Link(p, id) => {
+                    dir.insert(p.clone(), *id);
+                }
+                DirOp::Unlink(p) => {
+                    dir.remove(p);
+                }
+            }
+        }
+        {
+            let mut s = img.lock();
+            s.durable_dir = dir.clone();
+            s.dir = dir;
+        }
+        img
+    }
+
     /// The disk a killed process leaves at this point: every write it issued
     /// is there (in the page cache, still unsynced), and the machine is the
     /// same boot.
@@ -277,6 +310,15 @@ impl SimVfs {
     pub fn fail_span(&self, n: Option<u64>, count: u64) {
         let mut s = self.lock();
         s.fail_at = n.map(|n| (s.calls + n, count));
+    }
+
+    /// Fails each of the `ns`th I/O calls from now (0-based), besides any
+    /// [`SimVfs::fail_at`] span: faults apart from each other, as a device
+    /// that fails a sync and later a read gives; empty clears.
+    pub fn fail_calls(&self, ns: &[u64]) {
+        let mut s = self.lock();
+        let now = s.calls;
+        s.fail_also = ns.iter().map(|n| now + n).collect();
     }
 
     /// I/O calls made so far.
@@ -398,6 +440,7 @@ fn enter(s: &mut State, mutating: bool) -> io::Result<()> {
     s.calls += 1;
     if s.fail_at
         .is_some_and(|(first, count)| (first..first + count).contains(&n))
+        || s.fail_also.contains(&n)
     {
         return Err(io::Error::other(format!(
             "injected failure of I/O call {n}"
