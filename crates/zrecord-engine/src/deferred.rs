@@ -11,10 +11,11 @@
 //! checksums in the format an open cannot tell.
 //!
 //! The marker file `durable.zr` closes that gap. Before the first deferred
-//! append after a durable point, the engine fsyncs every store file and
-//! writes the marker: the header that is durable now, plus the kernel's boot
-//! id. While the marker exists, `meta.zr` may run ahead of the disk. `sync()`
-//! fsyncs everything and removes the marker. An open that finds a marker
+//! append after a durable point, the engine fsyncs every store file written
+//! since its last fsync and writes the marker: the header that is durable
+//! now, plus the kernel's boot id. While the marker exists, `meta.zr` may
+//! run ahead of the disk. `sync()` fsyncs every file written since and
+//! removes the marker. An open that finds a marker
 //! compares boot ids: the same boot means the page cache that holds every
 //! write is still there, so `meta.zr` stands; another boot (or none known)
 //! means a power cut may have dropped writes, so the store rolls back to the
