@@ -105,14 +105,16 @@ impl Engine {
                 .sync()
                 .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))?;
         } else {
-            let it = Intent::Delete { header, entries };
+            let it = Intent::Delete {
+                header,
+                entries: std::mem::take(&mut entries),
+            };
             self.write_intent(&it)?;
             self.apply_intent(&it)?;
             self.clear_intent()?;
-            let Intent::Delete { entries: e, .. } = it else {
-                unreachable!("built as a delete above")
-            };
-            entries = e;
+            if let Intent::Delete { entries: e, .. } = it {
+                entries = e;
+            }
         }
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         // The records that go are the ones at the deleted slots: a slot a
@@ -619,8 +621,11 @@ impl Engine {
     }
 }
 
-/// Most unchanged entries a compaction rewrites to join two writes of loc
-/// entries into one (4 KiB of them cost less than a write call).
+/// Most slots apart two written loc entries may be for one write to cover
+/// both, rewriting the unchanged entries between them (4 KiB of them cost
+/// less than a write call): compaction's batches and [`write_entries`].
+/// The entries between are then under a page, so a joined write dirties no
+/// page that the written entries do not (an fsync writes no more).
 const LOC_GAP: u64 = 256;
 
 /// Most source bytes one run of a compaction reads at once.
@@ -783,9 +788,9 @@ impl Engine {
 /// records, descending) from `ngroups` groups writes, ascending by slot.
 /// Step `t` fills hole `order[t]` with what the last live group (number
 /// `ngroups - 1 - t`) holds then: its own records, or, if it is a deleted
-/// group a step before filled, what that step put there. Only the holes below the
-/// new end are written (the rest are cut off). `loc(i)` is record `i`'s
-/// entry before.
+/// group a step before filled, what that step put there. Only the holes
+/// below the new end are written (the rest are cut off). `loc(i)` is
+/// record `i`'s entry before.
 fn swap_last_entries(
     order: &[u64],
     ngroups: u64,
@@ -824,12 +829,6 @@ fn swap_last_entries(
     }
     out
 }
-
-/// The widest gap (in entries) between two slots that one write of
-/// [`write_entries`] spans, rewriting the entries between them as they are
-/// on disk: 4,080 bytes, under a page, so a span dirties no page that the
-/// written entries do not (and an fsync writes no more than before).
-const SPAN_GAP: u64 = 4096 / LOC_SIZE as u64 - 1;
 
 /// The most entries one spanning write covers (1 MiB).
 const SPAN_MAX: u64 = 1 << 16;
@@ -875,7 +874,7 @@ pub(crate) fn write_entries(
             .windows(2)
             .take_while(|w| {
                 let (prev, next) = (w[0].0, w[1].0);
-                next / seg == s && next - prev - 1 <= SPAN_GAP && next - first < SPAN_MAX
+                next / seg == s && next - prev <= LOC_GAP && next - first < SPAN_MAX
             })
             .count();
         let span = &rest[..n];
