@@ -5,7 +5,7 @@
 
 mod common;
 use common::workload::read_all;
-use common::{append_by_hand, at_sync, reopen_after_each_failed_open, tagged};
+use common::{at_sync, reopen_after_each_failed_open, tagged};
 use std::path::Path;
 use zrecord_engine::sim::SimVfs;
 use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode};
@@ -200,19 +200,9 @@ fn deferred_deletes_fsync_once_per_flush_and_roll_back_with_the_appends() {
 #[test]
 fn pending_deletes_are_not_finished_over_a_foreign_writers_changes() {
     let _g = serial();
-    let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), big(&v)).unwrap();
-    append(&e, 0..6);
-    e.sync().unwrap();
-    e.delete(&[1]).unwrap();
-    e.delete(&[0]).unwrap();
-    let killed = v.snapshot().kill_image();
-    std::mem::forget(e);
     // The reference appends tagged(9) at slot 6.
-    let dir = Path::new(DIR);
-    let meta = killed.read_file(&dir.join("meta.zr")).unwrap();
-    assert_eq!(u64::from_le_bytes(meta[14..22].try_into().unwrap()), 6);
-    append_by_hand(&killed, dir, 4, &tagged(9));
+    let killed =
+        common::killed_deleting_then_a_foreign_append(&SimVfs::new(), Path::new(DIR), false);
 
     for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
         let r = Engine::open_with(DIR, mode, big(&killed)).unwrap();
@@ -222,10 +212,7 @@ fn pending_deletes_are_not_finished_over_a_foreign_writers_changes() {
 
 /// 8 KiB chunks: the hand-made foreign appends and deletes stay in chunk 0.
 fn big(v: &SimVfs) -> EngineConfig {
-    EngineConfig {
-        chunk_capacity: 8192,
-        ..cfg(v)
-    }
+    common::sim_8k_chunks(v)
 }
 
 /// Ten records synced, then a writer killed with `delete(0)` pending, then

@@ -5,7 +5,7 @@
 
 mod common;
 use common::workload::read_all;
-use common::{append_by_hand, at_sync, reopen_after_each_failed_open, tagged};
+use common::{at_sync, reopen_after_each_failed_open, tagged};
 use std::path::Path;
 use zrecord_engine::sim::SimVfs;
 use zrecord_engine::{Codec, Engine, OpenMode};
@@ -168,10 +168,7 @@ fn the_loc_segments_kept_past_the_header_serve_appends_and_compaction() {
 
 /// 8 KiB chunks: the hand-made foreign append stays in chunk 0.
 fn big(v: &SimVfs) -> zrecord_engine::EngineConfig {
-    zrecord_engine::EngineConfig {
-        chunk_capacity: 8192,
-        ..common::sim(v)
-    }
+    common::sim_8k_chunks(v)
 }
 
 /// A writer killed after its deletes were all written in place (*done*),
@@ -185,20 +182,9 @@ fn big(v: &SimVfs) -> zrecord_engine::EngineConfig {
 /// for appends (its append is lost either way), so it stands.
 #[test]
 fn a_failed_settle_over_a_foreign_append_after_finished_deletes_is_whole() {
-    let v = SimVfs::new();
-    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), big(&v)).unwrap();
-    append(&e, 0..6);
-    e.sync().unwrap();
-    e.delete(&[1]).unwrap();
-    e.delete(&[0]).unwrap();
-    assert!(e.verify().unwrap().is_ok(), "written in place, done");
-    let killed = v.snapshot().kill_image();
-    std::mem::forget(e);
     // The reference appends tagged(9) at slot 4.
-    let dir = Path::new(DIR);
-    let meta = killed.read_file(&dir.join("meta.zr")).unwrap();
-    assert_eq!(u64::from_le_bytes(meta[14..22].try_into().unwrap()), 4);
-    append_by_hand(&killed, dir, 4, &tagged(9));
+    let killed =
+        common::killed_deleting_then_a_foreign_append(&SimVfs::new(), Path::new(DIR), true);
 
     let foreign = tags(&[4, 5, 2, 3, 9]);
     let r = Engine::open_with(DIR, OpenMode::ReadWrite, big(&killed.fork())).unwrap();

@@ -1997,6 +1997,21 @@ DEL_LOOP_EXTRA = [
 ]
 
 
+def _end_del_program(steps, how, role, pid):
+    """The last steps of a cross-delete program: read everything, then
+    close, or sync and be killed, or be killed with deletes pending (noted
+    in KILLED_PENDING[role], for the classifier)."""
+    steps.append("(len(ds), rdig(ds[:]), len(rs), rdig(rs[:]))")
+    if how == "close":
+        steps.append("ds.close()\nrs.close()")
+        return
+    if how == "sync-kill":
+        steps.append("ds.sync()\nrs.sync()")
+    steps.append("#kill")
+    if how == "kill":
+        KILLED_PENDING[role].add(f"cross{pid}")
+
+
 def _del_loop(rng, v, seed, kind, dtcode, shape, k=None):
     """A loop of k one-index deletes on store `v`, sometimes interleaved
     with reads, len, stats, sync, verify, appends or compaction; the loop
@@ -2119,15 +2134,7 @@ def gen_cross_write_del(rng, pid):
         # an append writes the deletes pending before it: none are left
         steps.append(f"ds.append({mk_expr(dtcode, 1, shape, seed + 9, 256)})\n"
                      f"rs.append([{mk_expr(dtcode, 1, (3,), seed + 9, 256)}[0]])")
-    steps.append("(len(ds), rdig(ds[:]), len(rs), rdig(rs[:]))")
-    if how == "close":
-        steps.append("ds.close()\nrs.close()")
-    else:
-        if how == "sync-kill":
-            steps.append("ds.sync()\nrs.sync()")
-        steps.append("#kill")
-        if how == "kill":
-            KILLED_PENDING["writer"].add(f"cross{pid}")
+    _end_del_program(steps, how, "writer", pid)
     return steps, dtcode, shape
 
 
@@ -2159,15 +2166,7 @@ def cross_del_read_steps(rng, dtcode, shape, pid):
         for v in ("ds", "rs"):
             seed += 1
             steps.append(_del_loop(rng, v, seed, v[0], dtcode, shape, rng.choice([1, 2, 5])))
-    steps.append("(len(ds), rdig(ds[:]), len(rs), rdig(rs[:]))")
-    if how == "close":
-        steps.append("ds.close()\nrs.close()")
-    else:
-        if how == "sync-kill":
-            steps.append("ds.sync()\nrs.sync()")
-        steps.append("#kill")
-        if how == "kill":
-            KILLED_PENDING["modifier"].add(f"cross{pid}")
+    _end_del_program(steps, how, "modifier", pid)
     return steps
 
 

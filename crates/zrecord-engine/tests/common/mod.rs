@@ -139,6 +139,43 @@ pub fn tagged(k: u8) -> Vec<u8> {
     vec![k; 30 + k as usize]
 }
 
+/// [`sim`] with 8 KiB chunks: a handful of small records stay in chunk 0.
+pub fn sim_8k_chunks(v: &zrecord_engine::sim::SimVfs) -> EngineConfig {
+    EngineConfig {
+        chunk_capacity: 8192,
+        ..sim(v)
+    }
+}
+
+/// A deferring raw store at `dir` on `v` (8 KiB chunks) of `tagged(0..6)`,
+/// synced; `delete(1)` then `delete(0)`, written in place first if
+/// `flushed` (a `verify` flushes them); the writer killed; then loaderx
+/// 1.7.2 appends `tagged(9)` by hand, at slot 4 (`flushed`) or 6 (the
+/// deletes still pending in `durable.zr`, which it ignores). The image.
+pub fn killed_deleting_then_a_foreign_append(
+    v: &zrecord_engine::sim::SimVfs,
+    dir: &Path,
+    flushed: bool,
+) -> zrecord_engine::sim::SimVfs {
+    let mut e = Engine::create_with(dir, &at_sync(Codec::Raw), sim_8k_chunks(v)).unwrap();
+    for k in 0..6 {
+        e.append_var(&tagged(k), &[0, tagged(k).len()]).unwrap();
+    }
+    e.sync().unwrap();
+    e.delete(&[1]).unwrap();
+    e.delete(&[0]).unwrap();
+    if flushed {
+        assert!(e.verify().unwrap().is_ok(), "written in place, done");
+    }
+    let killed = v.snapshot().kill_image();
+    std::mem::forget(e);
+    let meta = killed.read_file(&dir.join("meta.zr")).unwrap();
+    let len = u64::from_le_bytes(meta[14..22].try_into().unwrap());
+    assert_eq!(len, if flushed { 4 } else { 6 });
+    append_by_hand(&killed, dir, 4, &tagged(9));
+    killed
+}
+
 /// Appends raw record `rec` to the store in `dir` on `v` the way loaderx
 /// 1.7.2 does (which ignores `durable.zr`), by hand: its bytes at the
 /// frontier of chunk 0 (which must be the tail chunk), its entry (offset,
