@@ -159,9 +159,9 @@ impl Engine {
         }
 
         let defers = self.defers();
-        if defers && !self.armed.load(Ordering::Acquire) {
-            self.arm(&header)?;
-        }
+        // Deferred appends with no deferred delete before them since the
+        // last durable point commit to `durable.zr`, not `meta.zr`.
+        let pending = defers && !self.armed.load(Ordering::Acquire);
 
         // New chunk files past the tail; truncated, as a failed earlier
         // append may have left bytes in them.
@@ -253,9 +253,10 @@ impl Engine {
         // Power-loss ordering, each-append durability: everything the new
         // header names is durable before the header is written (one fsync
         // per touched file, and one of the directory when the append created
-        // files), and the header after it. Deferred appends skip both: the
-        // marker written by `arm` lets an open after a power cut go back to
-        // the last durable header.
+        // files), and the header after it. Deferred appends skip both: a
+        // pending one leaves `meta.zr` as it is (durable) until the sync,
+        // and after a deferred delete the marker written by `arm` lets an
+        // open after a power cut go back to the last durable header.
         if !defers {
             self.sync_before_commit(&tail_handle, &new_chunks, first, nlocs, &new_locs)?;
         }
@@ -266,7 +267,11 @@ impl Engine {
             tail_offset: off as u32,
             length: new_len,
         };
-        self.write_header(&new_header)?;
+        if pending {
+            self.write_pending(&header, &new_header)?;
+        } else {
+            self.write_header(&new_header)?;
+        }
         if !defers {
             self.meta
                 .file

@@ -10,12 +10,36 @@
 //! header on disk may name bytes that never reached it, and without
 //! checksums in the format an open cannot tell.
 //!
-//! The marker file `durable.zr` closes that gap. Before the first deferred
-//! append after a durable point, the engine fsyncs every store file written
-//! since its last fsync and writes the marker: the header that is durable
-//! now, plus the kernel's boot id. While the marker exists, `meta.zr` may
-//! run ahead of the disk. `sync()` fsyncs every file written since and
-//! removes the marker. An open that finds a marker
+//! The marker file `durable.zr` closes that gap, in one of two forms.
+//!
+//! While the changes since the last durable point are appends alone (the
+//! common case: a sync after each batch), `meta.zr` is not written until
+//! the sync: it keeps the durable header, and each append writes its
+//! header to `durable.zr` instead (the *pending appends* record: the
+//! durable header it was appended to, the new header and the boot id),
+//! syncing nothing. The first such append creates the file, without a
+//! directory sync. `sync()` fsyncs the files the appends wrote, the
+//! directory if they created files, then writes the header to `meta.zr`
+//! and fsyncs it (the three fsyncs loaderx 1.7.2 makes), and removes the
+//! marker without a directory sync. An open on the boot that wrote the
+//! record, with `meta.zr` still holding the durable header it names,
+//! takes the appends' header (a killed process loses nothing; a
+//! read-write open then syncs them as the writer's sync would). Any other
+//! open keeps `meta.zr`: after a power cut (another boot) it is durable
+//! and names only durable bytes, and a `meta.zr` that moved on was
+//! written by a later writer (loaderx 1.7.2 ignores the marker), whose
+//! state stands. So a record left behind by a removal that a power cut
+//! undid is harmless, and so is a torn one. A failed sync writes the
+//! durable header back and removes the record (the kernel may have
+//! dropped the pages a failed write-back named, and call them clean).
+//!
+//! Once a delete is deferred, the handle is *armed* instead, until the
+//! next sync: it fsyncs every store file written since its last fsync
+//! (the appends before the delete become durable) and writes the marker:
+//! the header that is durable now, plus the kernel's boot id. While it
+//! exists, `meta.zr` may run ahead of the disk (appends write it in
+//! place). `sync()` fsyncs every file written since and removes the
+//! marker, durably. An open that finds a marker
 //! compares boot ids: the same boot means the page cache that holds every
 //! write is still there, so `meta.zr` stands; another boot (or none known)
 //! means a power cut may have dropped writes, so the store rolls back to the
@@ -39,7 +63,8 @@
 //! `meta.zr` and their slots still hold the state they were logged against
 //! (loaderx 1.7.2, which ignores the marker, may have written since).
 //!
-//! Layout (little-endian): magic `ZDUR` u32, version u8 (1), boot id length
+//! The armed marker's layout (little-endian): magic `ZDUR` u32, version u8
+//! (1), boot id length
 //! u8, 2 zero bytes, the durable `meta.zr` (32 bytes), the boot id, FNV-1a 64
 //! of all preceding bytes; then the log, records of: body length u32, body,
 //! FNV-1a 64 of the length and body. A delete's body: kind u8 (1), 3 zero
@@ -47,6 +72,11 @@
 //! and the header after the delete (32 bytes each), then that many (slot
 //! u64, entry 16 bytes) pairs, undo first. A done record's body: kind 2, 3
 //! zero bytes. The log ends at the first record that fails its checksum.
+//!
+//! The pending appends record: magic `ZDUR` u32, version u8 (2), boot id
+//! length u8, 2 zero bytes, the durable header (32 bytes, what `meta.zr`
+//! holds), the appends' header (32 bytes), the boot id, FNV-1a 64 of all
+//! preceding bytes. Rewritten in place by each append.
 
 use crate::format::{Header, LOC_SIZE, Loc, META_SIZE};
 use crate::intent::fnv;
@@ -66,6 +96,8 @@ pub(crate) const MAX_MARKER_BYTES: u64 = 16 << 20;
 pub(crate) const MAX_DEFERRED_DELETE: u64 = 8192;
 const MAGIC: u32 = 0x5255_445A;
 const VERSION: u8 = 1;
+/// The version byte of a [`PendingAppends`] record.
+const VERSION_PENDING: u8 = 2;
 const PREFIX: usize = 8;
 
 /// When an append becomes durable, i.e. survives a power cut.
@@ -166,6 +198,14 @@ pub(crate) struct DeleteLog {
     pub pending_header: Option<Header>,
 }
 
+/// The open `durable.zr` of a read-write handle with pending appends.
+#[derive(Debug)]
+pub(crate) struct PendingFile {
+    pub file: Box<dyn StorageFile>,
+    /// The durable header, which `meta.zr` holds until the sync.
+    pub base: Header,
+}
+
 const KIND_DELETE: u8 = 1;
 const KIND_DONE: u8 = 2;
 const DELETE_FIXED: usize = 16 + 2 * META_SIZE;
@@ -255,6 +295,59 @@ impl LogRecord {
             _ => return None,
         };
         Some((r, total))
+    }
+}
+
+/// What `durable.zr` holds while a handle has appended since its last
+/// durable point and deleted nothing: the durable header (`meta.zr` on
+/// disk, left alone until the sync) and the header the appends reached,
+/// rewritten by each append and never fsynced (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PendingAppends {
+    /// The header `meta.zr` holds, durable.
+    pub base: Header,
+    /// The header the appends since reached, in the page cache.
+    pub header: Header,
+    /// The boot id of the appending process.
+    pub boot: Vec<u8>,
+}
+
+impl PendingAppends {
+    /// The file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let boot = &self.boot[..self.boot.len().min(255)];
+        let mut b = Vec::with_capacity(PREFIX + 2 * META_SIZE + boot.len() + 8);
+        b.extend_from_slice(&MAGIC.to_le_bytes());
+        b.push(VERSION_PENDING);
+        b.push(boot.len() as u8);
+        b.extend_from_slice(&[0, 0]);
+        b.extend_from_slice(&self.base.encode());
+        b.extend_from_slice(&self.header.encode());
+        b.extend_from_slice(boot);
+        let h = fnv(&b);
+        b.extend_from_slice(&h.to_le_bytes());
+        b
+    }
+
+    /// Parses the record; `None` for anything torn, truncated or foreign
+    /// (an armed marker included).
+    pub fn decode(b: &[u8]) -> Option<PendingAppends> {
+        let boot_len = usize::from(*b.get(5)?);
+        let fixed = PREFIX + 2 * META_SIZE + boot_len + 8;
+        let (body, sum) = b.get(..fixed)?.split_at(fixed - 8);
+        if fnv(body).to_le_bytes() != sum
+            || u32::from_le_bytes(body[0..4].try_into().ok()?) != MAGIC
+            || body[4] != VERSION_PENDING
+            || body[6..8] != [0, 0]
+        {
+            return None;
+        }
+        let at = |i: usize| Header::decode(&body[PREFIX + i * META_SIZE..][..META_SIZE]).ok();
+        Some(PendingAppends {
+            base: at(0)?,
+            header: at(1)?,
+            boot: body[PREFIX + 2 * META_SIZE..].to_vec(),
+        })
     }
 }
 
@@ -495,6 +588,31 @@ mod tests {
             ..m
         };
         assert_eq!(Marker::decode(&none.encode()), Some(none));
+    }
+
+    #[test]
+    fn a_pending_appends_record_round_trips_and_rejects_any_flip_or_cut() {
+        let m = marker();
+        let p = PendingAppends {
+            base: m.header,
+            header: Header {
+                length: 2000,
+                tail_offset: 99,
+                ..m.header
+            },
+            boot: m.boot.clone(),
+        };
+        let b = p.encode();
+        assert_eq!(PendingAppends::decode(&b), Some(p));
+        // Neither form passes for the other.
+        assert_eq!(Marker::decode(&b), None);
+        assert_eq!(PendingAppends::decode(&m.encode()), None);
+        for i in 0..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 0x40;
+            assert_eq!(PendingAppends::decode(&c), None, "byte {i} flipped");
+            assert_eq!(PendingAppends::decode(&b[..i]), None, "cut at {i}");
+        }
     }
 
     #[test]

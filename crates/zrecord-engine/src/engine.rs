@@ -1,7 +1,7 @@
 //! The store handle: create, open (with validation), locking, sync, stats.
 
 use crate::codec::{Codec, CodecState, CreateOptions, DictOrigin};
-use crate::deferred::{DURABLE_FILE, DeleteLog, Durability, Marker};
+use crate::deferred::{DURABLE_FILE, DeleteLog, Durability, Marker, PendingAppends, PendingFile};
 use crate::error::{Error, Result};
 use crate::format::{
     self, CHUNK_CAPACITY, DICT_FILE, Header, LOC_SEGMENT_ENTRIES, LOC_SIZE, Loc, MAX_RECORD_LEN,
@@ -157,7 +157,8 @@ pub struct Engine {
     /// The boot id at open (`None`: the system has none, so appends never
     /// defer).
     pub(crate) boot: Option<Vec<u8>>,
-    /// `durable.zr` exists: `meta.zr` may be ahead of the disk.
+    /// The marker of a deferred delete exists (`durable.zr`, armed):
+    /// `meta.zr` may be ahead of the disk.
     pub(crate) armed: AtomicBool,
     /// A file may have been created since the directory was last synced
     /// (an append's new chunk or loc segment): its entry must be durable
@@ -168,6 +169,10 @@ pub struct Engine {
     pub(crate) durable_header: Mutex<Option<Header>>,
     /// The delete log of the marker this handle wrote (while it is armed).
     pub(crate) log: Mutex<Option<DeleteLog>>,
+    /// Appends since the last durable point, when nothing else changed
+    /// (not armed): `durable.zr` holds their header, `meta.zr` the durable
+    /// one until the sync (see `deferred`).
+    pub(crate) pending: Mutex<Option<PendingFile>>,
     /// The process that opened the handle: a forked child that inherits it
     /// must not remove the marker the parent's later appends rely on.
     pub(crate) pid: u32,
@@ -330,6 +335,7 @@ impl Engine {
             dir_dirty: AtomicBool::new(true),
             durable_header: Mutex::new(None),
             log: Mutex::new(None),
+            pending: Mutex::new(None),
             pid: std::process::id(),
             forks_at_open: crate::fork::forks(),
             unapplied: BTreeSet::new(),
@@ -974,6 +980,10 @@ impl Engine {
         // log holds a delete (handed to the read-write handle below).
         let mut marker_undo = None;
         let boot = vfs.boot_id();
+        // Appends a killed writer left pending (`durable.zr` names their
+        // header, `meta.zr` still the durable one): the durable header,
+        // with the marker, for a read-write handle to sync them.
+        let mut adopted: Option<(Header, Box<dyn StorageFile>)> = None;
         if has_marker {
             let f = open(&marker_path)?;
             let n = f.len().map_err(|e| Error::io(&marker_path, "stat", e))?;
@@ -987,8 +997,9 @@ impl Engine {
             {
                 marker_undo = Some((m.undo(), m.valid_len(), m.header.length));
             }
+            let meta_codec = header.codec;
             let same_codec = |h: &Header| {
-                if h.codec == header.codec {
+                if h.codec == meta_codec {
                     Ok(())
                 } else {
                     Err(Error::corrupted(
@@ -996,7 +1007,7 @@ impl Engine {
                         format!(
                             "the durable header names codec {}, meta.zr {}",
                             h.codec.name(),
-                            header.codec.name()
+                            meta_codec.name()
                         ),
                     ))
                 }
@@ -1036,7 +1047,29 @@ impl Engine {
                     }
                 }
             }
-            marker_file = Some(f);
+            if marker_header.is_none()
+                && let Some(p) = PendingAppends::decode(&b)
+                && p.base == header
+                && !p.boot.is_empty()
+                && boot.as_deref() == Some(&p.boot[..])
+                && !names.iter().any(|n| n == INTENT_FILE)
+            {
+                // Only on the boot that wrote them (the page cache holds
+                // every byte they name) and over the `meta.zr` they were
+                // appended to: another writer (loaderx 1.7.2 ignores the
+                // marker) may have changed the store since. The fallback
+                // open keeps `meta.zr`, durable: the appends named bytes
+                // the files lack.
+                if use_marker {
+                    rolled_back = true;
+                } else {
+                    same_codec(&p.header)?;
+                    header = p.header;
+                    adopted = Some((p.base, f));
+                }
+            } else {
+                marker_file = Some(f);
+            }
         }
         if use_marker && !rolled_back {
             return Err(Error::corrupted(&meta_path, "no marker to fall back to"));
@@ -1349,6 +1382,7 @@ impl Engine {
             dir_dirty: AtomicBool::new(true),
             durable_header: Mutex::new(marker_header),
             log: Mutex::new(None),
+            pending: Mutex::new(None),
             pid: std::process::id(),
             forks_at_open: crate::fork::forks(),
             unapplied: if read_only {
@@ -1426,7 +1460,15 @@ impl Engine {
             // `durable.zr` / `intent.zr` without the directory fsync that
             // makes a removal durable, so that a power cut would bring the
             // stale file back and roll back or replay over later work.
-            engine.armed.store(true, Ordering::Release);
+            if let Some((base, file)) = adopted {
+                // Synced like the writer's own sync: `meta.zr` stays at the
+                // durable header until the files are.
+                *engine.pending.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(PendingFile { file, base });
+                engine.armed.store(false, Ordering::Release);
+            } else {
+                engine.armed.store(true, Ordering::Release);
+            }
             engine.settle()?;
         }
         Ok(engine)
@@ -1518,9 +1560,12 @@ impl Engine {
         Ok(())
     }
 
-    /// Makes every committed record durable: fsyncs the chunks, then the loc
-    /// segments, then `meta.zr`; after deferred appends, then the directory,
-    /// and removes the `durable.zr` marker. A failure poisons the handle.
+    /// Makes every committed record durable: fsyncs the chunks and loc
+    /// segments written since their last fsync, then the directory if
+    /// appends created files, then writes and fsyncs `meta.zr` (after
+    /// appends alone, the header `durable.zr` held), and removes the
+    /// `durable.zr` marker (after a deferred delete, durably). A failure
+    /// poisons the handle.
     ///
     /// In a forked child that inherited the handle it fsyncs nothing (the
     /// files are shared with the opener, who must see any write-back error
@@ -1533,7 +1578,7 @@ impl Engine {
             return Ok(());
         }
         if !self.in_opener() {
-            return if self.armed.load(Ordering::Acquire) {
+            return if self.armed.load(Ordering::Acquire) || self.has_pending() {
                 Err(Error::ForeignProcess {
                     path: self.dir.clone(),
                     opener: self.pid,
@@ -1609,6 +1654,15 @@ impl Engine {
 
     fn sync_locked(&self) -> Result<()> {
         self.flush_deletes()?;
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(p) = pending {
+            debug_assert!(!self.armed.load(Ordering::Acquire));
+            return self.sync_pending(p);
+        }
         self.sync_files()?;
         if self.armed.load(Ordering::Acquire) {
             // Files the deferred appends created get durable entries before
@@ -1724,7 +1778,7 @@ impl Engine {
 
     /// Makes deferred appends durable, if there are any.
     pub(crate) fn settle(&self) -> Result<()> {
-        if self.armed.load(Ordering::Acquire) {
+        if self.armed.load(Ordering::Acquire) || self.has_pending() {
             self.sync()
         } else {
             Ok(())
@@ -1744,6 +1798,90 @@ impl Engine {
             .file
             .sync_if_dirty()
             .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))
+    }
+
+    /// Whether appends are pending in `durable.zr` (a lock held elsewhere,
+    /// as one a forked child inherits can be, counts as yes).
+    pub(crate) fn has_pending(&self) -> bool {
+        match self.pending.try_lock() {
+            Ok(g) => g.is_some(),
+            Err(std::sync::TryLockError::Poisoned(g)) => g.into_inner().is_some(),
+            Err(std::sync::TryLockError::WouldBlock) => true,
+        }
+    }
+
+    /// A deferred append's commit while the handle is not armed: `header`
+    /// goes to `durable.zr` (created by the first such append since the
+    /// last durable point, whose header `base` is), not to `meta.zr`. No
+    /// fsync: the record only matters to an open on this boot, which
+    /// shares the page cache that holds the appends (the caller holds the
+    /// append lock).
+    pub(crate) fn write_pending(&self, base: &Header, header: &Header) -> Result<()> {
+        let mut g = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let p = self.dir.join(DURABLE_FILE);
+        if g.is_none() {
+            let f = self
+                .cfg
+                .vfs
+                .open(&p, OpenFlags::CreateTruncate)
+                .map_err(|e| self.poison(Error::io(&p, "create", e)))?;
+            *g = Some(PendingFile {
+                file: f,
+                base: *base,
+            });
+        }
+        let pf = g.as_ref().expect("set above");
+        let bytes = PendingAppends {
+            base: pf.base,
+            header: *header,
+            boot: self.boot.clone().unwrap_or_default(),
+        }
+        .encode();
+        pf.file
+            .write_at(&bytes, 0)
+            .map_err(|e| self.poison(Error::io(&p, "write", e)))
+    }
+
+    /// The sync of a handle whose appends are pending in `durable.zr`:
+    /// the files they wrote, then the directory (for the files they
+    /// created), then the header in `meta.zr` and its fsync; then the
+    /// record goes, no longer needed (a removal a power cut undoes brings
+    /// back another boot's record, which an open ignores). A failure
+    /// writes the durable header back and removes the record, so that no
+    /// open on this boot trusts pages a failed write-back may have lost.
+    fn sync_pending(&self, p: PendingFile) -> Result<()> {
+        let path = self.dir.join(DURABLE_FILE);
+        let r = (|| {
+            self.sync_files()?;
+            if self.dir_dirty.swap(false, Ordering::AcqRel) {
+                self.cfg.vfs.sync_dir(&self.dir).map_err(|e| {
+                    self.dir_dirty.store(true, Ordering::Release);
+                    self.poison(Error::io(&self.dir, "sync directory", e))
+                })?;
+            }
+            let h = self.read_state().header;
+            self.write_header(&h)?;
+            self.meta
+                .file
+                .sync_if_dirty()
+                .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))
+        })();
+        if r.is_err() {
+            let _ = self.meta.file.write_at(&p.base.encode(), 0);
+        }
+        // Removed: after a success it names a state `meta.zr` has left
+        // (harmless unless `meta.zr` came back to its base), after a
+        // failure one that may not be on disk. A failed removal is an
+        // error, the record made invalid as far as possible.
+        let gone = match self.cfg.vfs.remove(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => {
+                let _ = p.file.write_at(&[0u8; 8], 0);
+                Err(self.poison(Error::io(&path, "remove", e)))
+            }
+        };
+        r.and(gone)
     }
 
     /// Before the first deferred append after a durable point: makes what

@@ -76,10 +76,12 @@ fn killed_with_pending_removal(snaps: &[Snapshot], name: &str) -> SimVfs {
 #[test]
 fn a_marker_removed_by_a_killed_sync_does_not_come_back() {
     let v = SimVfs::new();
-    let e = Engine::create_with(DIR, &opts(Durability::AtSync), common::sim(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &opts(Durability::AtSync), common::sim(&v)).unwrap();
     app(&e, 0);
+    app(&e, 9);
     e.sync().unwrap();
-    app(&e, 1); // arms the marker, naming length 1
+    e.delete(&[1]).unwrap(); // arms the marker, naming length 2
+    app(&e, 1);
     app(&e, 2);
     let killed = killed_with_pending_removal(&during(&v, || e.sync().unwrap()), "durable.zr");
     std::mem::forget(e);
@@ -98,11 +100,13 @@ fn a_marker_removed_by_a_killed_sync_does_not_come_back() {
 #[test]
 fn a_stale_marker_cannot_make_the_store_unopenable() {
     let v = SimVfs::new();
-    let e = Engine::create_with(DIR, &opts(Durability::AtSync), common::sim(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &opts(Durability::AtSync), common::sim(&v)).unwrap();
     app(&e, 0);
     app(&e, 1);
+    app(&e, 7);
     e.sync().unwrap();
-    app(&e, 2); // the marker names length 2
+    e.delete(&[2]).unwrap(); // arms the marker, naming length 3
+    app(&e, 2);
     let killed = killed_with_pending_removal(&during(&v, || e.sync().unwrap()), "durable.zr");
     std::mem::forget(e);
 
@@ -164,9 +168,11 @@ fn a_move_intent_removed_by_a_killed_compaction_cannot_revive_a_deleted_record()
 #[test]
 fn a_marker_removed_by_a_killed_recovering_open_does_not_come_back() {
     let v = SimVfs::new();
-    let e = Engine::create_with(DIR, &opts(Durability::AtSync), common::sim(&v)).unwrap();
+    let mut e = Engine::create_with(DIR, &opts(Durability::AtSync), common::sim(&v)).unwrap();
     app(&e, 0);
+    app(&e, 9);
     e.sync().unwrap();
+    e.delete(&[1]).unwrap(); // arms the marker
     app(&e, 1);
     app(&e, 2);
     let first = v.snapshot().kill_image();

@@ -5,7 +5,7 @@
 
 mod common;
 use common::workload::read_all;
-use common::{at_sync, reopen_after_each_failed_open, tagged};
+use common::{append_by_hand, at_sync, reopen_after_each_failed_open, sim_8k_chunks, tagged};
 use std::path::Path;
 use zrecord_engine::sim::SimVfs;
 use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode};
@@ -45,6 +45,20 @@ fn expect(e: &Engine, ks: std::ops::Range<u8>) {
     assert_eq!(read_all(e).unwrap(), want);
 }
 
+/// Every power cut at this point (a handful of crash images) opens to
+/// `ks`: what is there is durable.
+fn durable_now(v: &SimVfs, ks: std::ops::Range<u8>) {
+    let at = v.snapshot();
+    for seed in 0..8 {
+        let e = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&at.crash_image(seed))).unwrap();
+        expect(&e, ks.clone());
+    }
+}
+
+fn meta(v: &SimVfs) -> Vec<u8> {
+    v.read_file(&Path::new(DIR).join("meta.zr")).unwrap()
+}
+
 #[test]
 fn deferred_appends_sync_nothing_until_sync() {
     let _g = serial();
@@ -52,23 +66,25 @@ fn deferred_appends_sync_nothing_until_sync() {
     let e = Engine::create_with(DIR, &at_sync(Codec::Zstd), cfg(&v)).unwrap();
     assert_eq!(e.durability(), Durability::AtSync);
     assert!(!marker(&v), "no marker before the first append");
+    let (syncs, durable_meta) = (v.syncs(), meta(&v));
     append(&e, 0..1);
-    assert!(marker(&v), "the first deferred append writes the marker");
+    assert!(
+        marker(&v),
+        "the first deferred append records its header in the marker"
+    );
     // Later appends, crossing chunks and loc segments, leave writes pending.
     append(&e, 1..9);
     assert!(v.snapshot().pending_ops() > 0);
+    assert_eq!(v.syncs(), syncs, "deferred appends sync nothing");
+    assert_eq!(meta(&v), durable_meta, "meta.zr keeps the durable header");
     e.sync().unwrap();
     assert!(!marker(&v), "sync removes the marker");
-    assert_eq!(
-        v.snapshot().pending_ops(),
-        0,
-        "sync leaves nothing unsynced"
-    );
+    durable_now(&v, 0..9);
     append(&e, 9..10);
     assert!(marker(&v), "the next append after a sync writes it again");
     e.close().unwrap();
     assert!(!marker(&v), "close syncs");
-    assert_eq!(v.snapshot().pending_ops(), 0);
+    durable_now(&v, 0..10);
     let e = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&v)).unwrap();
     expect(&e, 0..10);
 }
@@ -94,7 +110,7 @@ fn a_kill_keeps_every_returned_append_and_a_power_cut_the_synced_ones() {
         let rw = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&killed)).unwrap();
         expect(&rw, 0..8);
         assert!(!marker(&killed), "a read-write open settles the marker");
-        assert_eq!(killed.snapshot().pending_ops(), 0);
+        durable_now(&killed, 0..8);
         drop(rw);
 
         // Power cut, even one that kept every write: back to the sync.
@@ -352,10 +368,12 @@ fn a_torn_or_foreign_marker_leaves_meta_standing() {
 #[test]
 fn a_marker_naming_another_codec_is_a_clear_error() {
     let _g = serial();
-    // Write a real marker from a zstd store, then put it beside a raw one.
+    // Write a real marker from a zstd store (a deferred delete arms one),
+    // then put it beside a raw one.
     let z = SimVfs::new();
-    let e = Engine::create_with(DIR, &at_sync(Codec::Zstd), cfg(&z)).unwrap();
-    append(&e, 0..1);
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Zstd), cfg(&z)).unwrap();
+    append(&e, 0..2);
+    e.delete(&[1]).unwrap();
     let m = z.read_file(&Path::new(DIR).join("durable.zr")).unwrap();
     std::mem::forget(e);
 
@@ -437,11 +455,12 @@ fn real_file_system_rolls_back_when_the_marker_names_another_boot() {
     drop(r);
     let copy = copy_of("other");
     let marker = std::fs::read(copy.join("durable.zr")).unwrap();
-    // Another boot: rewrite the boot id (layout of docs/format.md) and
-    // the checksum; the store goes back to the 3 synced records.
+    // Another boot: rewrite the boot id (layout of docs/format.md: the
+    // record of pending appends holds two headers) and the checksum; the
+    // store goes back to the 3 synced records.
     let boot_len = usize::from(marker[5]);
-    assert_eq!(marker.len(), 8 + 32 + boot_len + 8);
-    let mut other = marker[..8 + 32].to_vec();
+    assert_eq!(marker.len(), 8 + 64 + boot_len + 8);
+    let mut other = marker[..8 + 64].to_vec();
     other.extend(std::iter::repeat_n(b'0', boot_len));
     let sum = fnv(&other);
     other.extend_from_slice(&sum.to_le_bytes());
@@ -813,15 +832,17 @@ fn a_failed_open_after_a_killed_writers_deletes_leaves_a_whole_state() {
         if flushed {
             assert!(e.verify().unwrap().is_ok());
         }
+        // The first delete made the appends before it durable (a delete
+        // arms the marker, which names a durable header).
         let mut all = synced.clone();
         all.extend([tagged(6), tagged(7)]);
-        let model = deleted(all, &[1, 0]);
+        let model = deleted(all.clone(), &[1, 0]);
         let killed = v.snapshot().kill_image();
         std::mem::forget(e);
         let failed = reopen_after_each_failed_open(&killed, DIR, cfg, 80, |n, r| {
             let got = read_all(&r).unwrap();
             assert!(
-                got == model || got == synced,
+                got == model || got == all,
                 "flushed {flushed} call {n}: {got:?}"
             );
         });
@@ -882,12 +903,13 @@ fn a_failed_open_over_a_foreign_delete_puts_nothing_back() {
     assert!(failed > 5);
 }
 
-/// An append-and-sync loop syncs only what each round wrote: the marker
-/// and the directory entry it makes, the tail chunk and loc segment and
-/// `meta.zr`, then the directory again for the marker's removal; not
-/// every chunk and segment of the store twice a round (an fsync of a
-/// clean file still flushes the device's cache). The directory is synced
-/// before the removal too only when the round's append created a file.
+/// An append-and-sync loop syncs only what each round wrote: the tail
+/// chunk and loc segment, then `meta.zr`, as loaderx 1.7.2 does; not every
+/// chunk and segment of the store (an fsync of a clean file still flushes
+/// the device's cache), and not the marker that holds the appends' header
+/// meanwhile (written, never synced, removed without a directory sync).
+/// The directory is synced only when the round's append created a file,
+/// before `meta.zr` names it.
 #[test]
 fn an_append_and_sync_loop_syncs_only_the_files_each_round_wrote() {
     let _g = serial();
@@ -915,14 +937,11 @@ fn an_append_and_sync_loop_syncs_only_the_files_each_round_wrote() {
         let (syncs, dir_syncs) = (v.syncs() - syncs, v.dir_syncs() - dir_syncs);
         if created {
             creating += 1;
-            assert_eq!(
-                dir_syncs, 3,
-                "round {k}: a new file's entry, then the marker's removal"
-            );
-            assert!(syncs <= 8, "round {k}: {syncs} syncs");
+            assert_eq!(dir_syncs, 1, "round {k}: the new file's entry");
+            assert!(syncs <= 5, "round {k}: {syncs} syncs");
         } else {
             plain += 1;
-            assert_eq!((syncs, dir_syncs), (6, 2), "round {k}, {before} files");
+            assert_eq!((syncs, dir_syncs), (3, 0), "round {k}, {before} files");
         }
     }
     assert!(
@@ -1091,4 +1110,100 @@ fn a_power_cut_with_unordered_directory_operations_never_loses_a_new_file() {
         created >= 5 && checked > 1000,
         "{created} rounds created files"
     );
+}
+
+/// A raw store of `tagged(0..6)` in one 8 KiB chunk, synced, then
+/// `tagged(6..9)` appended and the writer killed: the image, and the chunk's
+/// bytes at the sync.
+fn killed_with_appends_pending() -> (SimVfs, Vec<u8>) {
+    let v = SimVfs::new();
+    let e = Engine::create_with(DIR, &at_sync(Codec::Raw), sim_8k_chunks(&v)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    let chunk = v.read_file(&Path::new(DIR).join("0.chunk")).unwrap();
+    append(&e, 6..9);
+    let killed = v.snapshot().kill_image();
+    std::mem::forget(e);
+    (killed, chunk)
+}
+
+/// A writer killed with appends pending (their header in `durable.zr`,
+/// `meta.zr` still the durable one), then loaderx 1.7.2 appends a record by
+/// hand over the same frontier: its `meta.zr` is no longer the one the
+/// appends were made to, so its state stands, and the killed writer's
+/// appends (whose bytes it overwrote) are not adopted over it.
+#[test]
+fn pending_appends_stand_only_over_the_meta_they_were_appended_to() {
+    let _g = serial();
+    let (killed, _) = killed_with_appends_pending();
+    // Ours alone: every returned append stands, read-only or read-write.
+    let alone = killed.fork();
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let r = Engine::open_with(DIR, mode, sim_8k_chunks(&alone)).unwrap();
+        expect(&r, 0..9);
+    }
+    // The reference's append in between, as long as our first: it writes
+    // over our bytes in place (the bytes after it stay), its entry over
+    // ours, and its header. Its record, not ours.
+    let name = Path::new(DIR).join("0.chunk");
+    let ours = killed.read_file(&name).unwrap();
+    append_by_hand(&killed, Path::new(DIR), 4, &[42; 36]);
+    let mut theirs = killed.read_file(&name).unwrap();
+    theirs.extend_from_slice(&ours[theirs.len()..]);
+    killed.write_file(&name, &theirs);
+    let mut want: Vec<Vec<u8>> = (0..6).map(tagged).collect();
+    want.push(vec![42; 36]);
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let r = Engine::open_with(DIR, mode, sim_8k_chunks(&killed)).unwrap();
+        assert_eq!(read_all(&r).unwrap(), want, "{mode:?}");
+        assert!(r.verify().unwrap().is_ok());
+    }
+    assert!(!marker(&killed), "the read-write open removed the marker");
+}
+
+/// A sync that fails with appends pending puts the durable header back and
+/// removes their record: an open on the same boot (whose page cache a
+/// failed write-back may have emptied) keeps the synced records, unless
+/// the failure came once `meta.zr` was durable.
+#[test]
+fn a_failed_sync_of_pending_appends_leaves_no_record_to_adopt() {
+    let _g = serial();
+    let mut first_call_checked = false;
+    for call in 0..20u64 {
+        let v = SimVfs::new();
+        let (e, synced) = six_synced(&v);
+        append(&e, 6..9);
+        let mut all = synced.clone();
+        all.extend((6..9).map(tagged));
+        v.fail_at(Some(call));
+        let r = e.sync();
+        v.fail_at(None);
+        let Err(err) = r else { break };
+        assert!(matches!(err, zrecord_engine::Error::Io { .. }), "{err}");
+        std::mem::forget(e);
+        let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&v))
+            .unwrap_or_else(|err| panic!("call {call}: {err}"));
+        let got = read_all(&r).unwrap();
+        if call == 0 {
+            assert_eq!(got, synced, "the first fsync failed");
+            first_call_checked = true;
+        }
+        assert!(got == synced || got == all, "call {call}: {got:?}");
+        assert!(r.verify().unwrap().is_ok());
+    }
+    assert!(first_call_checked);
+}
+
+/// Same boot, appends pending, and the tail chunk lost the bytes they
+/// wrote (a failed write-back): the header in `durable.zr` names bytes
+/// the files lack, so the open falls back to `meta.zr`, durable.
+#[test]
+fn pending_appends_naming_lost_bytes_fall_back_to_the_durable_header() {
+    let _g = serial();
+    let (killed, chunk) = killed_with_appends_pending();
+    killed.write_file(&Path::new(DIR).join("0.chunk"), &chunk);
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let r = Engine::open_with(DIR, mode, sim_8k_chunks(&killed)).unwrap();
+        expect(&r, 0..6);
+    }
 }
