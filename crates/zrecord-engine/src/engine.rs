@@ -1432,6 +1432,23 @@ impl Engine {
             }
             if header_moved {
                 engine.write_header(&header)?;
+            } else {
+                // `meta.zr` rewritten in place with the bytes read from it,
+                // for the settle below to fsync: a writer's fsync of it
+                // that failed (the kernel then calls the page clean) left
+                // the disk holding an older header than the cache, which
+                // an fsync of the clean page does not write. Pending
+                // appends leave `meta.zr` alone until their sync, so what
+                // the disk holds must be the header they were appended to:
+                // a stale one (a compaction's frontier before the move, a
+                // length before a delete) names chunk bytes and entries
+                // those appends overwrite, and a power cut left a store
+                // that did not open. (Armed markers recorded the header.)
+                engine
+                    .meta
+                    .file
+                    .write_at(&hb, 0)
+                    .map_err(|e| engine.poison(Error::io(&engine.meta.path, "write", e)))?;
             }
             if has_intent {
                 if let (Some(it), Some((f, b))) = (&intent, &intent_file) {
