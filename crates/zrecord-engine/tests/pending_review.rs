@@ -451,3 +451,40 @@ fn a_compaction_whose_header_write_back_failed_cannot_break_a_power_cut() {
     }
     assert!(seen > 0, "no failed meta.zr write-back");
 }
+
+/// Our writer killed with three appends pending, then loaderx 1.7.2 (which
+/// takes no lock and ignores `durable.zr`) killed in the middle of an
+/// append over the same frontier: its bytes and entry written, its
+/// `meta.zr` not. `meta.zr` is still the base the record names, so the open
+/// takes the appends' header over the reference's uncommitted entry: slot
+/// 6 reads the reference's record (which never committed) and slot 7 reads
+/// bytes the two share. Before 9a72b0d `meta.zr` named our appends and the
+/// reference appended after them. Needs the record to name what the
+/// appends wrote (a checksum of their entries, and of some of their bytes,
+/// checked at adoption) to refuse; left as a known limit.
+#[test]
+#[ignore = "known limit of the pending record: see the doc comment"]
+fn a_foreign_append_killed_before_its_header_is_not_taken_for_ours() {
+    let v = SimVfs::new();
+    let cfg8 = common::sim_8k_chunks;
+    let e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg8(&v)).unwrap();
+    append(&e, 0..6);
+    e.sync().unwrap();
+    append(&e, 6..9);
+    let killed = v.snapshot().kill_image();
+    std::mem::forget(e);
+    // The reference's append, killed before `meta.zr`: bytes and entry only.
+    let meta = killed.read_file(&Path::new(DIR).join("meta.zr")).unwrap();
+    common::append_by_hand(&killed, Path::new(DIR), 4, &[42; 50]);
+    let mut chunk = killed.read_file(&Path::new(DIR).join("0.chunk")).unwrap();
+    let ours = v.read_file(&Path::new(DIR).join("0.chunk")).unwrap();
+    if chunk.len() < ours.len() {
+        chunk.extend_from_slice(&ours[chunk.len()..]);
+    }
+    killed.write_file(&Path::new(DIR).join("0.chunk"), &chunk);
+    killed.write_file(&Path::new(DIR).join("meta.zr"), &meta);
+    let r = Engine::open_with(DIR, OpenMode::ReadWrite, cfg8(&killed)).unwrap();
+    let got = read_all(&r).unwrap();
+    assert!(r.verify().unwrap().is_ok(), "records share bytes");
+    assert!(got == tags(0..6) || got == tags(0..9), "{got:?}");
+}
