@@ -456,14 +456,13 @@ fn a_compaction_whose_header_write_back_failed_cannot_break_a_power_cut() {
 /// takes no lock and ignores `durable.zr`) killed in the middle of an
 /// append over the same frontier: its bytes and entry written, its
 /// `meta.zr` not. `meta.zr` is still the base the record names, so the open
-/// takes the appends' header over the reference's uncommitted entry: slot
-/// 6 reads the reference's record (which never committed) and slot 7 reads
-/// bytes the two share. Before 9a72b0d `meta.zr` named our appends and the
-/// reference appended after them. Needs the record to name what the
-/// appends wrote (a checksum of their entries, and of some of their bytes,
-/// checked at adoption) to refuse; left as a known limit.
+/// took the appends' header over the reference's uncommitted entry: slot 6
+/// read the reference's record (which never committed) and slot 7 bytes the
+/// two share. Before 9a72b0d `meta.zr` named our appends and the reference
+/// appended after them. The open now checks that the appended entries lie
+/// where the appends placed them; a foreign record as long as ours still
+/// passes (only a checksum of the appended bytes could tell).
 #[test]
-#[ignore = "known limit of the pending record: see the doc comment"]
 fn a_foreign_append_killed_before_its_header_is_not_taken_for_ours() {
     let v = SimVfs::new();
     let cfg8 = common::sim_8k_chunks;
