@@ -1288,7 +1288,8 @@ impl Engine {
         let mut live_bytes = 0u64;
         // Adopted pending appends: their entries must lie where the appends
         // placed them, one after the other from the base's frontier to the
-        // header's. Another writer's (loaderx 1.7.2 ignores the record) that
+        // header's (not checked against the chunk capacity, which is the
+        // opener's configuration). Another writer's (loaderx 1.7.2 ignores the record) that
         // left `meta.zr` at the base, as one killed between its entry and its
         // header does, breaks that chain unless its records are as long as
         // ours; then the open falls back to `meta.zr`.
@@ -1326,10 +1327,11 @@ impl Engine {
                     if let Some((from, c, o)) = &mut chain
                         && index >= *from
                     {
+                        // Where the previous one ended, or at the start of
+                        // the next chunk (when it did not fit: `place`).
                         let phys = u64::from(loc.phys_length);
-                        if format::place(*c, *o, phys, cap)
-                            != Some((loc.chunk_id, u64::from(loc.offset)))
-                        {
+                        let at = (loc.chunk_id, u64::from(loc.offset));
+                        if at != (*c, *o) && (at != (c.wrapping_add(1), 0) || *o == 0) {
                             return Err(Error::corrupted_record(
                                 &h.path,
                                 index,
