@@ -487,3 +487,67 @@ fn a_foreign_append_killed_before_its_header_is_not_taken_for_ours() {
     assert!(r.verify().unwrap().is_ok(), "records share bytes");
     assert!(got == tags(0..6) || got == tags(0..9), "{got:?}");
 }
+
+/// One thread appends, one syncs, one gathers; kill images taken meanwhile
+/// hold every append that had returned, in order, and power-cut images a
+/// prefix at least as long as the last sync that had returned.
+#[test]
+fn probe_threads_append_sync_gather_then_kills() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let v = SimVfs::new();
+    let e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(&v)).unwrap();
+    let (returned, synced, stop) = (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
+    let rec = |k: u64| vec![(k % 251) as u8; 1 + (k % 37) as usize];
+    let mut images = Vec::new();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for k in 0..400u64 {
+                let r = rec(k);
+                e.append_var(&r, &[0, r.len()]).unwrap();
+                returned.store(k + 1, Ordering::Release);
+            }
+            stop.store(true, Ordering::Release);
+        });
+        s.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                let n = returned.load(Ordering::Acquire);
+                e.sync().unwrap();
+                synced.store(n, Ordering::Release);
+            }
+        });
+        s.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                let n = e.len();
+                if n > 0 {
+                    let mut lens = [0u64];
+                    e.record_lengths(&[n - 1], &mut lens, None).unwrap();
+                }
+            }
+        });
+        while !stop.load(Ordering::Acquire) {
+            let (r, sy) = (
+                returned.load(Ordering::Acquire),
+                synced.load(Ordering::Acquire),
+            );
+            images.push((v.snapshot(), r, sy));
+            std::thread::yield_now();
+        }
+    });
+    std::mem::forget(e);
+    assert!(images.len() > 3);
+    let check = |img: &SimVfs, at_least: u64, what: &str| {
+        let got = open_ok(img, OpenMode::ReadOnly, what);
+        assert!(
+            got.len() as u64 >= at_least,
+            "{what}: {} < {at_least}",
+            got.len()
+        );
+        for (k, r) in got.iter().enumerate() {
+            assert_eq!(*r, rec(k as u64), "{what}: record {k}");
+        }
+    };
+    for (i, (s, r, sy)) in images.iter().enumerate().step_by(7) {
+        check(&s.kill_image(), *r, &format!("kill {i}"));
+        check(&s.crash_image(i as u64 + 2), *sy, &format!("cut {i}"));
+    }
+}
