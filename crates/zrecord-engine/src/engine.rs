@@ -1286,6 +1286,16 @@ impl Engine {
         };
         const BLOCK: u64 = (4 << 20) / LOC_SIZE as u64;
         let mut live_bytes = 0u64;
+        // Adopted pending appends: their entries must lie where the appends
+        // placed them, one after the other from the base's frontier to the
+        // header's (not checked against the chunk capacity, which is the
+        // opener's configuration). Another writer's (loaderx 1.7.2 ignores the record) that
+        // left `meta.zr` at the base, as one killed between its entry and its
+        // header does, breaks that chain unless its records are as long as
+        // ours; then the open falls back to `meta.zr`.
+        let mut chain = adopted
+            .as_ref()
+            .map(|(b, _)| (b.length, b.tail_chunk, u64::from(b.tail_offset)));
         for (s, (h, &entries)) in locs.iter().zip(&seg_sizes).enumerate() {
             let mapped = maps.as_ref().map(|m| m[s].bytes());
             let mut done = 0u64;
@@ -1314,12 +1324,36 @@ impl Engine {
                         Error::corrupted_record(&h.path, index, format!("its entry: {d}"))
                     })?;
                     live_bytes += u64::from(loc.phys_length);
+                    if let Some((from, c, o)) = &mut chain
+                        && index >= *from
+                    {
+                        // Where the previous one ended, or at the start of
+                        // the next chunk (when it did not fit: `place`).
+                        let phys = u64::from(loc.phys_length);
+                        let at = (loc.chunk_id, u64::from(loc.offset));
+                        if at != (*c, *o) && (at != (c.wrapping_add(1), 0) || *o == 0) {
+                            return Err(Error::corrupted_record(
+                                &h.path,
+                                index,
+                                "its entry is not where the pending appends in durable.zr placed it",
+                            ));
+                        }
+                        (*c, *o) = (loc.chunk_id, u64::from(loc.offset) + phys);
+                    }
                     if let Some(t) = &mut owned {
                         t.push(loc);
                     }
                 }
                 done += take;
             }
+        }
+        if let Some((_, c, o)) = chain
+            && (c, o) != (header.tail_chunk, u64::from(header.tail_offset))
+        {
+            return Err(Error::corrupted(
+                &marker_path,
+                "the pending appends' entries do not end at the frontier it names",
+            ));
         }
         // A move is replayed below (a read-only open refused it above):
         // its entries must be ones a compaction writes.
@@ -1432,6 +1466,23 @@ impl Engine {
             }
             if header_moved {
                 engine.write_header(&header)?;
+            } else {
+                // `meta.zr` rewritten in place with the bytes read from it,
+                // for the settle below to fsync: a writer's fsync of it
+                // that failed (the kernel then calls the page clean) left
+                // the disk holding an older header than the cache, which
+                // an fsync of the clean page does not write. Pending
+                // appends leave `meta.zr` alone until their sync, so what
+                // the disk holds must be the header they were appended to:
+                // a stale one (a compaction's frontier before the move, a
+                // length before a delete) names chunk bytes and entries
+                // those appends overwrite, and a power cut left a store
+                // that did not open. (Armed markers recorded the header.)
+                engine
+                    .meta
+                    .file
+                    .write_at(&hb, 0)
+                    .map_err(|e| engine.poison(Error::io(&engine.meta.path, "write", e)))?;
             }
             if has_intent {
                 if let (Some(it), Some((f, b))) = (&intent, &intent_file) {
