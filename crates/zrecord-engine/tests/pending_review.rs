@@ -497,11 +497,17 @@ fn probe_threads_append_sync_gather_then_kills() {
     let v = SimVfs::new();
     let e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(&v)).unwrap();
     let (returned, synced, stop) = (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
+    // Images taken so far: the appender waits for one every 50 appends, so
+    // a busy box cannot let it finish before any is taken.
+    let taken = AtomicU64::new(0);
     let rec = |k: u64| vec![(k % 251) as u8; 1 + (k % 37) as usize];
     let mut images = Vec::new();
     std::thread::scope(|s| {
         s.spawn(|| {
             for k in 0..400u64 {
+                while k % 50 == 49 && taken.load(Ordering::Acquire) <= k / 50 {
+                    std::thread::yield_now();
+                }
                 let r = rec(k);
                 e.append_var(&r, &[0, r.len()]).unwrap();
                 returned.store(k + 1, Ordering::Release);
@@ -530,6 +536,7 @@ fn probe_threads_append_sync_gather_then_kills() {
                 synced.load(Ordering::Acquire),
             );
             images.push((v.snapshot(), r, sy));
+            taken.fetch_add(1, Ordering::Release);
             std::thread::yield_now();
         }
     });
