@@ -25,7 +25,8 @@ fn inputs(target: &str) -> Vec<Vec<u8>> {
 }
 
 /// A valid store, encoded as a `store_open` input; `killed`: its writer
-/// died with deferred appends after the last sync, leaving `durable.zr`.
+/// died with deferred appends after the last sync, leaving `durable.zr`
+/// (their pending appends record).
 fn valid_image(codec: Codec, killed: bool) -> Vec<u8> {
     let v = SimVfs::new();
     let dir = Path::new("/s");
