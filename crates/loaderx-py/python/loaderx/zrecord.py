@@ -22,7 +22,10 @@ loaderx 1.7.2: it survives the process being killed, and becomes durable
 against a power cut at ``sync()``, ``close()`` (or leaving the ``with``
 block) or ``compact``. Unlike the reference, a power cut before that rolls
 the store back to its last durable state (the reference's header could then
-name records whose bytes never reached the disk). ``durability="each_append"``
+name records whose bytes never reached the disk): the store's header names
+appends only from the sync on (a ``durable.zr`` marker holds theirs until
+then, so loaderx 1.7.2 reading the files sees them after the sync, or after
+this package reopens a killed writer's store). ``durability="each_append"``
 makes every append and delete durable on return, at the cost of three disk
 flushes per append call and about five per delete call.
 A handle inherited by a forked process can be read there, but not written
@@ -630,9 +633,11 @@ class _Base:
         return self._open().has_dict()
 
     def sync(self):
-        """Make every append and delete so far durable: flush payloads,
-        record locations, then the header (and drop the ``durable.zr``
-        marker that protected deferred work)."""
+        """Make every append and delete so far durable: flush payloads and
+        record locations, then write and flush the header (and drop the
+        ``durable.zr`` marker that held or protected deferred work). With
+        only appends since the last sync this is the reference's three disk
+        flushes."""
         self._open().sync()
 
     def delete(self, idx):
