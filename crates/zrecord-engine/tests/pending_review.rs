@@ -57,6 +57,17 @@ fn open_ok(v: &SimVfs, mode: OpenMode, what: &str) -> Vec<Vec<u8>> {
     read_all(&r).unwrap()
 }
 
+/// Opens `img` read-write (see [`open_ok`]) and checks it holds the six
+/// synced records or all nine of [`killed_pending`].
+fn synced_or_all(img: &SimVfs, what: &str) {
+    let got = open_ok(img, OpenMode::ReadWrite, what);
+    assert!(
+        got == tags(0..6) || got == tags(0..9),
+        "{what}: {}",
+        got.len()
+    );
+}
+
 #[test]
 fn probe_kill_and_power_cut_at_every_point_of_an_adopting_open() {
     let killed = killed_pending();
@@ -70,16 +81,7 @@ fn probe_kill_and_power_cut_at_every_point_of_an_adopting_open() {
         let got = open_ok(&s.kill_image(), OpenMode::ReadWrite, &format!("kill {i}"));
         assert_eq!(got, tags(0..9), "kill at {i}");
         for seed in 0..10 {
-            let got = open_ok(
-                &s.crash_image(seed),
-                OpenMode::ReadWrite,
-                &format!("cut {i}/{seed}"),
-            );
-            assert!(
-                got == tags(0..6) || got == tags(0..9),
-                "cut {i}/{seed}: {}",
-                got.len()
-            );
+            synced_or_all(&s.crash_image(seed), &format!("cut {i}/{seed}"));
         }
     }
     // Once the open returned: durable.
@@ -106,27 +108,9 @@ fn probe_failed_adopting_open_then_kill_or_power_cut() {
             continue;
         }
         let at = img.snapshot();
-        let got = open_ok(
-            &at.kill_image(),
-            OpenMode::ReadWrite,
-            &format!("failed {n}"),
-        );
-        assert!(
-            got == tags(0..6) || got == tags(0..9),
-            "failed {n}: {}",
-            got.len()
-        );
+        synced_or_all(&at.kill_image(), &format!("failed {n}"));
         for seed in 0..10 {
-            let got = open_ok(
-                &at.crash_image(seed),
-                OpenMode::ReadWrite,
-                &format!("{n}/{seed}"),
-            );
-            assert!(
-                got == tags(0..6) || got == tags(0..9),
-                "{n}/{seed}: {}",
-                got.len()
-            );
+            synced_or_all(&at.crash_image(seed), &format!("{n}/{seed}"));
         }
     }
 }
@@ -356,23 +340,26 @@ fn meta_cached_and_on_disk(v: &SimVfs) -> (Vec<u8>, Vec<u8>) {
     (v.read_file(&p).unwrap(), cut.read_file(&p).unwrap())
 }
 
-/// An each-append delete of the last record whose `meta.zr` fsync fails
-/// (the kernel then calls the page clean: the shorter length stays in the
-/// cache, the disk keeps the longer one); a reopen on the same boot, a
-/// deferred append, a power cut. The append went to slot 5, which the
-/// `meta.zr` on disk still names, and `meta.zr` was never rewritten.
-#[test]
-fn a_meta_write_back_lost_before_a_reopen_cannot_garble_or_break_a_power_cut() {
+/// For each of the first `calls` I/O calls: the store `make` builds, then
+/// `op` failing at that call. Where the failure left `meta.zr` on disk
+/// older than in the cache, a reopen on the same boot must hold `after`;
+/// it appends `extra` (deferred) and is killed, and every power cut then
+/// opens to `after`, `after` plus `extra`, or one of `also`. Returns how
+/// many calls lost the write-back.
+fn reopen_after_a_lost_meta_write_back(
+    calls: u64,
+    make: impl Fn(&SimVfs) -> Engine,
+    op: impl Fn(&mut Engine) -> zrecord_engine::Result<()>,
+    after: &Records,
+    extra: std::ops::Range<u8>,
+    also: &[Records],
+) -> usize {
     let mut seen = 0;
-    for n in 0..12 {
+    for n in 0..calls {
         let v = SimVfs::new();
-        let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(&v)).unwrap();
-        append(&e, 0..6);
-        e.sync().unwrap();
-        e.set_durability(zrecord_engine::Durability::EachAppend)
-            .unwrap();
+        let mut e = make(&v);
         v.fail_at(Some(n));
-        let r = e.delete(&[5]);
+        let r = op(&mut e);
         v.fail_at(None);
         let (cached, disk) = meta_cached_and_on_disk(&v);
         if r.is_ok() || cached == disk {
@@ -380,32 +367,53 @@ fn a_meta_write_back_lost_before_a_reopen_cannot_garble_or_break_a_power_cut() {
         }
         seen += 1;
         std::mem::forget(e);
-        // A new handle on the same boot: it holds five records, and says
-        // so durably.
         let e = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&v)).unwrap();
-        assert_eq!(read_all(&e).unwrap(), tags(0..5));
-        append(&e, 9..10);
+        assert_eq!(&read_all(&e).unwrap(), after, "call {n}: the reopen");
+        append(&e, extra.clone());
+        let mut all = after.clone();
+        all.extend(tags(extra.clone()));
         let at = v.snapshot();
         std::mem::forget(e);
-        let mut want5 = tags(0..5);
-        let mut want6 = want5.clone();
-        want6.push(tagged(9));
-        want5.truncate(5);
         for seed in 0..12 {
             let got = open_ok(
                 &at.crash_image(seed),
                 OpenMode::ReadWrite,
                 &format!("{n}/{seed}"),
             );
-            // The state before the failed delete is one the reopen's
-            // caller was never shown, but a failed op may leave it.
-            let before = got == tags(0..6);
             assert!(
-                got == want5 || got == want6 || before,
+                got == *after || got == all || also.contains(&got),
                 "call {n}, seed {seed}: {got:?}"
             );
         }
     }
+    seen
+}
+
+/// An each-append delete of the last record whose `meta.zr` fsync fails
+/// (the kernel then calls the page clean: the shorter length stays in the
+/// cache, the disk keeps the longer one); a reopen on the same boot, a
+/// deferred append, a power cut. The append went to slot 5, which the
+/// `meta.zr` on disk still names, and `meta.zr` was never rewritten.
+#[test]
+fn a_meta_write_back_lost_before_a_reopen_cannot_garble_or_break_a_power_cut() {
+    let make = |v: &SimVfs| {
+        let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(v)).unwrap();
+        append(&e, 0..6);
+        e.sync().unwrap();
+        e.set_durability(zrecord_engine::Durability::EachAppend)
+            .unwrap();
+        e
+    };
+    // The state before the failed delete is one the reopen's caller was
+    // never shown, but a failed op may leave it.
+    let seen = reopen_after_a_lost_meta_write_back(
+        12,
+        make,
+        |e| e.delete(&[5]),
+        &tags(0..5),
+        9..10,
+        &[tags(0..6)],
+    );
     assert!(seen > 0, "no failed meta.zr write-back");
 }
 
@@ -416,39 +424,15 @@ fn a_meta_write_back_lost_before_a_reopen_cannot_garble_or_break_a_power_cut() {
 /// not open.
 #[test]
 fn a_compaction_whose_header_write_back_failed_cannot_break_a_power_cut() {
-    let mut seen = 0;
-    for n in 0..200 {
-        let v = SimVfs::new();
-        let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(&v)).unwrap();
+    let make = |v: &SimVfs| {
+        let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(v)).unwrap();
         append(&e, 0..6); // 30..35 bytes each: chunks 0 and 1 (160 bytes)
         e.delete(&[0, 1, 2]).unwrap();
         e.sync().unwrap();
-        let model = read_all(&e).unwrap();
-        v.fail_at(Some(n));
-        let r = e.compact();
-        v.fail_at(None);
-        let (cached, disk) = meta_cached_and_on_disk(&v);
-        if r.is_ok() || cached == disk {
-            continue;
-        }
-        seen += 1;
-        std::mem::forget(e);
-        let e = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&v)).unwrap();
-        assert_eq!(read_all(&e).unwrap(), model);
-        append(&e, 6..9);
-        let mut all = model.clone();
-        all.extend(tags(6..9));
-        let at = v.snapshot();
-        std::mem::forget(e);
-        for seed in 0..12 {
-            let got = open_ok(
-                &at.crash_image(seed),
-                OpenMode::ReadWrite,
-                &format!("{n}/{seed}"),
-            );
-            assert!(got == model || got == all, "call {n}, seed {seed}");
-        }
-    }
+        e
+    };
+    let model = read_all(&make(&SimVfs::new())).unwrap();
+    let seen = reopen_after_a_lost_meta_write_back(200, make, |e| e.compact(), &model, 6..9, &[]);
     assert!(seen > 0, "no failed meta.zr write-back");
 }
 
