@@ -189,8 +189,13 @@ pub(crate) struct DeleteLog {
     /// The entry logged for roll-back per slot (the first one; later ones
     /// are not logged).
     pub undo: BTreeMap<u64, Loc>,
-    /// Whether a record holding undo entries has not been fsynced yet.
+    /// Whether a record holding undo entries (or the fixed part) has not
+    /// been fsynced yet.
     pub unsynced: bool,
+    /// Whether the marker's directory entry may not be durable yet: a new
+    /// marker is written unsynced, and the first flush, before any write in
+    /// place, fsyncs it with its log, then the directory.
+    pub new_file: bool,
     /// Entries of the deletes logged since the last flush, in order, not
     /// yet written in place.
     pub pending: Vec<(u64, Loc)>,

@@ -1437,19 +1437,24 @@ impl Engine {
                     end,
                     undo,
                     unsynced: false,
+                    new_file: false,
                     pending: Vec::new(),
                     pending_header: None,
                 });
             }
             if !log_overlay.is_empty() {
-                // A killed writer's log records may be in the page cache
-                // only (it fsyncs them at its flush): durable before the
-                // entries they undo change, or a power cut during this
-                // open could keep the entries and lose the undo.
+                // A killed writer's log records, and the marker itself, may
+                // be in the page cache only (it fsyncs them at its first
+                // flush): durable, with the marker's directory entry,
+                // before the entries they undo change, or a power cut
+                // during this open could keep the entries and lose the
+                // undo.
                 if let Some(log) = &*engine.log.lock().unwrap_or_else(|e| e.into_inner()) {
                     log.file
                         .sync()
                         .map_err(|e| engine.poison(Error::io(&marker_path, "sync", e)))?;
+                    vfs.sync_dir(&engine.dir)
+                        .map_err(|e| engine.poison(Error::io(&engine.dir, "sync directory", e)))?;
                 }
                 let entries: Vec<(u64, Loc)> = log_overlay.into_iter().collect();
                 // A failed write poisons the handle: dropped on the way
@@ -1935,9 +1940,11 @@ impl Engine {
         r.and(gone)
     }
 
-    /// Before the first deferred append after a durable point: makes what
+    /// Before the first deferred delete after a durable point: makes what
     /// `header` names durable, then records it and the boot id in
-    /// `durable.zr` (the caller holds the append lock).
+    /// `durable.zr`, unsynced: the first flush, before any write in place,
+    /// fsyncs the marker with its log and syncs the directory (the caller
+    /// holds the append lock).
     pub(crate) fn arm(&self, header: &Header) -> Result<()> {
         self.sync_files()?;
         let m = Marker {
@@ -1954,14 +1961,6 @@ impl Engine {
         let bytes = m.encode();
         f.write_at(&bytes, 0)
             .map_err(|e| self.poison(Error::io(&p, "write", e)))?;
-        f.sync()
-            .map_err(|e| self.poison(Error::io(&p, "sync", e)))?;
-        self.cfg
-            .vfs
-            .sync_dir(&self.dir)
-            .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))?;
-        // Which made every file created so far durable too.
-        self.dir_dirty.store(false, Ordering::Release);
         *self
             .durable_header
             .lock()
@@ -1971,7 +1970,8 @@ impl Engine {
             path: p,
             end: bytes.len() as u64,
             undo: Default::default(),
-            unsynced: false,
+            unsynced: true,
+            new_file: true,
             pending: Vec::new(),
             pending_header: None,
         });

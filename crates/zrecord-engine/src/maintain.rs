@@ -221,6 +221,13 @@ impl Engine {
                 .map_err(|e| self.poison(Error::io(&log.path, "sync", e)))?;
             log.unsynced = false;
         }
+        if log.new_file {
+            self.cfg
+                .vfs
+                .sync_dir(&self.dir)
+                .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))?;
+            log.new_file = false;
+        }
         // A later entry for a slot wins, a slot a later delete cut off
         // gets none; sorted, nearby slots go in one write.
         let entries: Vec<(u64, Loc)> = log
