@@ -34,9 +34,10 @@
 //! dropped the pages a failed write-back named, and call them clean).
 //!
 //! Once a delete is deferred, the handle is *armed* instead, until the
-//! next sync: it fsyncs every store file written since its last fsync
-//! (the appends before the delete become durable) and writes the marker:
-//! the header that is durable now, plus the kernel's boot id. While it
+//! next sync: the appends before the delete are synced, and it writes
+//! the marker: the header that is durable now, plus the kernel's boot id,
+//! unsynced (the first flush fsyncs it, then the directory, before any
+//! write in place, so it is durable before anything it protects). While it
 //! exists, `meta.zr` may run ahead of the disk (appends write it in
 //! place). `sync()` fsyncs every file written since and removes the
 //! marker, durably. An open that finds a marker
@@ -54,7 +55,8 @@
 //! a record to the marker (the entries it is the first to overwrite since
 //! the marker, the header before it, and the entries and header it
 //! writes), unsynced, and writes nothing in place. The next flush (an
-//! append, a sync, a verify) fsyncs the log, writes the pending deletes in
+//! append, a sync, a verify) fsyncs the log (with the marker, and then the
+//! directory, when the marker is new), writes the pending deletes in
 //! place and appends a short *done* record (not fsynced): a loop of
 //! single-index deletes costs one fsync. A roll-back after a power cut
 //! restores the first logged entry of every slot below the marker's
