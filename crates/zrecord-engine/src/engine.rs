@@ -976,6 +976,8 @@ impl Engine {
         // The marker, kept to make its log durable before the entries it
         // names are written in place.
         let mut marker_file = None;
+        // Its bytes as read, which may be in the page cache only.
+        let mut marker_bytes = Vec::new();
         // A valid marker's undo entries and where its log ends, when the
         // log holds a delete (handed to the read-write handle below).
         let mut marker_undo = None;
@@ -1069,6 +1071,7 @@ impl Engine {
                 }
             } else {
                 marker_file = Some(f);
+                marker_bytes = b;
             }
         }
         if use_marker && !rolled_back {
@@ -1448,8 +1451,18 @@ impl Engine {
                 // flush): durable, with the marker's directory entry,
                 // before the entries they undo change, or a power cut
                 // during this open could keep the entries and lose the
-                // undo.
+                // undo. Rewritten in place with the bytes read first: a
+                // writer whose fsync of them failed (poisoned, so no *done*
+                // put back) left pages the kernel calls clean, which an
+                // fsync alone does not write (a torn write of the same
+                // bytes changes nothing).
                 if let Some(log) = &*engine.log.lock().unwrap_or_else(|e| e.into_inner()) {
+                    let valid = marker_bytes
+                        .get(..log.end as usize)
+                        .unwrap_or(&marker_bytes);
+                    log.file
+                        .write_at(valid, 0)
+                        .map_err(|e| engine.poison(Error::io(&marker_path, "write", e)))?;
                     log.file
                         .sync()
                         .map_err(|e| engine.poison(Error::io(&marker_path, "sync", e)))?;
