@@ -114,7 +114,7 @@ pub enum Durability {
     /// effort, when the handle is dropped). An append syncs nothing, nor
     /// does a delete of up to 8,192 records (it is logged in `durable.zr`,
     /// and the next append or sync writes it in place after one fsync of
-    /// the log); a power cut before the sync rolls the store back to the
+    /// the log, and one of the directory for a new marker); a power cut before the sync rolls the store back to the
     /// last durable point, undoing the deletes since as well. So does any reboot between a killed writer and the next open,
     /// and an open on another host, since neither can trust the page cache.
     /// A failed sync also goes back to that point (and says so). loaderx

@@ -20,7 +20,8 @@ impl Engine {
     /// delete, never in between. Under [`Durability::AtSync`] a delete of up
     /// to 8,192 records is deferred like an append: logged in `durable.zr`
     /// with the entries it overwrites, no fsync; the next append, sync or
-    /// verify writes it in place (after one fsync of the log). A killed
+    /// verify writes it in place (after one fsync of the log, and one of
+    /// the directory for a new marker). A killed
     /// process keeps it, and it is durable at the next sync, close or
     /// compaction (a power cut before rolls it back with the appends).
     /// Otherwise the swapped entries and the new length are written as one
@@ -204,7 +205,8 @@ impl Engine {
     }
 
     /// Writes the deferred deletes logged since the last flush in place:
-    /// fsyncs the log if it holds an entry not yet durable, writes their
+    /// fsyncs the log if it holds an entry not yet durable (and then the
+    /// directory when the marker is new), writes their
     /// entries and the header, then logs *done*. The caller holds the
     /// append lock (or `&mut self`).
     pub(crate) fn flush_deletes(&self) -> Result<()> {
