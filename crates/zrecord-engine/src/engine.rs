@@ -1736,15 +1736,8 @@ impl Engine {
         if self.armed.load(Ordering::Acquire) {
             // Files the deferred appends created get durable entries before
             // the marker goes; then its removal is made durable.
-            let sync_dir = || {
-                self.dir_dirty.store(false, Ordering::Release);
-                self.cfg.vfs.sync_dir(&self.dir).map_err(|e| {
-                    self.dir_dirty.store(true, Ordering::Release);
-                    self.poison(Error::io(&self.dir, "sync directory", e))
-                })
-            };
             if self.dir_dirty.load(Ordering::Acquire) {
-                sync_dir()?;
+                self.sync_directory()?;
             }
             let p = self.dir.join(DURABLE_FILE);
             match self.cfg.vfs.remove(&p) {
@@ -1759,7 +1752,7 @@ impl Engine {
             // putting the marker's header and undo entries back now,
             // unsynced and without a marker, could leave a power cut
             // the deletes' header over restored entries.
-            let r = sync_dir();
+            let r = self.sync_directory();
             self.armed.store(false, Ordering::Release);
             *self
                 .durable_header
@@ -1869,6 +1862,18 @@ impl Engine {
             .map_err(|e| self.poison(Error::io(&self.meta.path, "sync", e)))
     }
 
+    /// fsyncs the store's directory, which makes every file entry in it
+    /// durable (a failure poisons the handle and leaves the entries
+    /// counted as not durable). The caller holds the append lock (or
+    /// `&mut self`).
+    pub(crate) fn sync_directory(&self) -> Result<()> {
+        self.dir_dirty.store(false, Ordering::Release);
+        self.cfg.vfs.sync_dir(&self.dir).map_err(|e| {
+            self.dir_dirty.store(true, Ordering::Release);
+            self.poison(Error::io(&self.dir, "sync directory", e))
+        })
+    }
+
     /// Whether appends are pending in `durable.zr` (a lock held elsewhere,
     /// as one a forked child inherits can be, counts as yes).
     pub(crate) fn has_pending(&self) -> bool {
@@ -1922,11 +1927,8 @@ impl Engine {
         let path = self.dir.join(DURABLE_FILE);
         let r = (|| {
             self.sync_files()?;
-            if self.dir_dirty.swap(false, Ordering::AcqRel) {
-                self.cfg.vfs.sync_dir(&self.dir).map_err(|e| {
-                    self.dir_dirty.store(true, Ordering::Release);
-                    self.poison(Error::io(&self.dir, "sync directory", e))
-                })?;
+            if self.dir_dirty.load(Ordering::Acquire) {
+                self.sync_directory()?;
             }
             let h = self.read_state().header;
             self.write_header(&h)?;

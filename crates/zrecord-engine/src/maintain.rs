@@ -224,10 +224,7 @@ impl Engine {
             log.unsynced = false;
         }
         if log.new_file {
-            self.cfg
-                .vfs
-                .sync_dir(&self.dir)
-                .map_err(|e| self.poison(Error::io(&self.dir, "sync directory", e)))?;
+            self.sync_directory()?;
             log.new_file = false;
         }
         // A later entry for a slot wins, a slot a later delete cut off
