@@ -5,7 +5,10 @@
 
 mod common;
 use common::workload::read_all;
-use common::{append_by_hand, at_sync, reopen_after_each_failed_open, sim_8k_chunks, tagged};
+use common::{
+    append_by_hand, at_sync, killed_with_appends_pending, reopen_after_each_failed_open,
+    sim_8k_chunks, tagged,
+};
 use std::path::Path;
 use zrecord_engine::sim::SimVfs;
 use zrecord_engine::{Codec, CreateOptions, Durability, Engine, EngineConfig, OpenMode};
@@ -1113,21 +1116,6 @@ fn a_power_cut_with_unordered_directory_operations_never_loses_a_new_file() {
     );
 }
 
-/// A raw store of `tagged(0..6)` in one 8 KiB chunk, synced, then
-/// `tagged(6..9)` appended and the writer killed: the image, and the chunk's
-/// bytes at the sync.
-fn killed_with_appends_pending() -> (SimVfs, Vec<u8>) {
-    let v = SimVfs::new();
-    let e = Engine::create_with(DIR, &at_sync(Codec::Raw), sim_8k_chunks(&v)).unwrap();
-    append(&e, 0..6);
-    e.sync().unwrap();
-    let chunk = v.read_file(&Path::new(DIR).join("0.chunk")).unwrap();
-    append(&e, 6..9);
-    let killed = v.snapshot().kill_image();
-    std::mem::forget(e);
-    (killed, chunk)
-}
-
 /// A writer killed with appends pending (their header in `durable.zr`,
 /// `meta.zr` still the durable one), then loaderx 1.7.2 appends a record by
 /// hand over the same frontier: its `meta.zr` is no longer the one the
@@ -1136,7 +1124,7 @@ fn killed_with_appends_pending() -> (SimVfs, Vec<u8>) {
 #[test]
 fn pending_appends_stand_only_over_the_meta_they_were_appended_to() {
     let _g = serial();
-    let (killed, _) = killed_with_appends_pending();
+    let (killed, _) = killed_with_appends_pending(Path::new(DIR), sim_8k_chunks);
     // Ours alone: every returned append stands, read-only or read-write.
     let alone = killed.fork();
     for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
@@ -1201,7 +1189,7 @@ fn a_failed_sync_of_pending_appends_leaves_no_record_to_adopt() {
 #[test]
 fn pending_appends_naming_lost_bytes_fall_back_to_the_durable_header() {
     let _g = serial();
-    let (killed, chunk) = killed_with_appends_pending();
+    let (killed, chunk) = killed_with_appends_pending(Path::new(DIR), sim_8k_chunks);
     killed.write_file(&Path::new(DIR).join("0.chunk"), &chunk);
     for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
         let r = Engine::open_with(DIR, mode, sim_8k_chunks(&killed)).unwrap();

@@ -38,16 +38,9 @@ fn during(v: &SimVfs, f: impl FnOnce()) -> Vec<Snapshot> {
     v.take_snapshots()
 }
 
-/// Six synced, three pending, killed.
+/// Six synced, three pending, killed (160-byte chunks).
 fn killed_pending() -> SimVfs {
-    let v = SimVfs::new();
-    let e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(&v)).unwrap();
-    append(&e, 0..6);
-    e.sync().unwrap();
-    append(&e, 6..9);
-    let k = v.snapshot().kill_image();
-    std::mem::forget(e);
-    k
+    common::killed_with_appends_pending(Path::new(DIR), cfg).0
 }
 
 fn open_ok(v: &SimVfs, mode: OpenMode, what: &str) -> Vec<Vec<u8>> {
@@ -448,19 +441,13 @@ fn a_compaction_whose_header_write_back_failed_cannot_break_a_power_cut() {
 /// passes (only a checksum of the appended bytes could tell).
 #[test]
 fn a_foreign_append_killed_before_its_header_is_not_taken_for_ours() {
-    let v = SimVfs::new();
     let cfg8 = common::sim_8k_chunks;
-    let e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg8(&v)).unwrap();
-    append(&e, 0..6);
-    e.sync().unwrap();
-    append(&e, 6..9);
-    let killed = v.snapshot().kill_image();
-    std::mem::forget(e);
+    let (killed, _) = common::killed_with_appends_pending(Path::new(DIR), cfg8);
     // The reference's append, killed before `meta.zr`: bytes and entry only.
     let meta = killed.read_file(&Path::new(DIR).join("meta.zr")).unwrap();
+    let ours = killed.read_file(&Path::new(DIR).join("0.chunk")).unwrap();
     common::append_by_hand(&killed, Path::new(DIR), 4, &[42; 50]);
     let mut chunk = killed.read_file(&Path::new(DIR).join("0.chunk")).unwrap();
-    let ours = v.read_file(&Path::new(DIR).join("0.chunk")).unwrap();
     if chunk.len() < ours.len() {
         chunk.extend_from_slice(&ours[chunk.len()..]);
     }

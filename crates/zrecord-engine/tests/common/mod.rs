@@ -147,6 +147,30 @@ pub fn sim_8k_chunks(v: &zrecord_engine::sim::SimVfs) -> EngineConfig {
     }
 }
 
+/// A deferring raw store at `dir` on a new simulated disk (`cfg` makes its
+/// config) of `tagged(0..6)`, synced, then `tagged(6..9)` appended (pending:
+/// their header in `durable.zr`) and the writer killed: the kill image, and
+/// `0.chunk` as the sync left it.
+pub fn killed_with_appends_pending(
+    dir: &Path,
+    cfg: impl Fn(&zrecord_engine::sim::SimVfs) -> EngineConfig,
+) -> (zrecord_engine::sim::SimVfs, Vec<u8>) {
+    let v = zrecord_engine::sim::SimVfs::new();
+    let e = Engine::create_with(dir, &at_sync(Codec::Raw), cfg(&v)).unwrap();
+    let append = |ks: std::ops::Range<u8>| {
+        for k in ks {
+            e.append_var(&tagged(k), &[0, tagged(k).len()]).unwrap();
+        }
+    };
+    append(0..6);
+    e.sync().unwrap();
+    let chunk = v.read_file(&dir.join("0.chunk")).unwrap();
+    append(6..9);
+    let killed = v.snapshot().kill_image();
+    std::mem::forget(e);
+    (killed, chunk)
+}
+
 /// A deferring raw store at `dir` on `v` (8 KiB chunks) of `tagged(0..6)`,
 /// synced; `delete(1)` then `delete(0)`, written in place first if
 /// `flushed` (a `verify` flushes them); the writer killed; then loaderx
