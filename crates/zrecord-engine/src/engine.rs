@@ -10,6 +10,7 @@ use crate::format::{
 use crate::intent::{INTENT_FILE, Intent};
 use crate::table::{MappedTable, Table};
 use crate::vfs::{Mapping, OpenFlags, RealVfs, StorageFile, Vfs};
+use crate::writeback::WRITEBACK_FILE;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -843,7 +844,13 @@ impl Engine {
     /// intent): a damaged store, which the caller reports.
     fn check_unfinished_create(vfs: &dyn Vfs, dir: &Path, names: &[String]) -> Result<()> {
         let data = names.iter().any(|n| {
-            [format::STORE_FILE, DURABLE_FILE, INTENT_FILE].contains(&n.as_str())
+            [
+                format::STORE_FILE,
+                DURABLE_FILE,
+                INTENT_FILE,
+                WRITEBACK_FILE,
+            ]
+            .contains(&n.as_str())
                 || format::parse_numbered(n, "loc").is_some()
                 || format::parse_numbered(n, "chunk").is_some_and(|id| id != 0)
         });
@@ -954,6 +961,12 @@ impl Engine {
                 &meta_path,
                 format!("size is {size} bytes, expected {META_SIZE}"),
             ));
+        }
+        // Files whose write-back a writer's failed fsync lost on this boot:
+        // made durable as the cache shows them before anything here reads
+        // or writes over them (see `writeback`).
+        if !read_only && names.iter().any(|n| n == WRITEBACK_FILE) {
+            crate::writeback::repair(&*vfs, &dir, &names)?;
         }
         let mut hb = [0u8; META_SIZE];
         meta.read_at(&mut hb, 0)
@@ -1792,6 +1805,7 @@ impl Engine {
             format!("{}.tmp", format::STORE_FILE),
             DURABLE_FILE.to_string(),
             INTENT_FILE.to_string(),
+            WRITEBACK_FILE.to_string(),
             format::loc_name(0),
             format::chunk_name(0),
             DICT_FILE.to_string(),
@@ -2063,8 +2077,11 @@ impl Engine {
     }
 
     /// Marks the handle unusable for writes and passes the error on.
+    /// A failed fsync of a chunk or a loc segment is also noted in
+    /// `writeback.zr`, for the next open on this boot (see `writeback`).
     pub(crate) fn poison(&self, e: Error) -> Error {
         self.poisoned.store(true, Ordering::Release);
+        crate::writeback::note(&*self.cfg.vfs, &self.dir, self.boot.as_deref(), &e);
         e
     }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 const DIR: &str = "/s";
 /// File names an input can fill (index = first byte of a file record).
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "meta.zr",
     "store.zr",
     "dict.zr",
@@ -22,6 +22,7 @@ pub const NAMES: [&str; 9] = [
     "0.chunk",
     "1.chunk",
     "durable.zr",
+    "writeback.zr",
 ];
 
 /// The layout the targets open stores with (4 KiB chunks, 8-entry

@@ -87,6 +87,7 @@ pub mod typed_header;
 mod verify;
 #[doc(hidden)]
 pub mod vfs;
+mod writeback;
 
 pub use aligned::{AlignedBuf, PAGE};
 pub use codec::{Codec, CreateOptions, train_dictionary};

@@ -277,8 +277,11 @@ impl Engine {
         let vfs = self.cfg.vfs.clone();
         let dir = self.dir.clone();
         let poisoned = &self.poisoned;
+        let boot = self.boot.clone();
+        // As `Engine::poison` (the state is borrowed mutably below).
         let poison = |e: Error| {
             poisoned.store(true, Ordering::Release);
+            crate::writeback::note(&*vfs, &dir, boot.as_deref(), &e);
             e
         };
         let loc_path = |i: u64| dir.join(format::loc_name(i / seg));

@@ -99,6 +99,34 @@ fn deferred_deletes_image() -> Vec<u8> {
     fuzzing::encode_image(&img, dir)
 }
 
+/// A store whose compaction failed at a loc segment's fsync, which leaves
+/// `writeback.zr` naming the segment, encoded as a `store_open` input: a
+/// read-write open on the same (simulated) boot rewrites the segment.
+fn lost_writeback_image() -> Vec<u8> {
+    for k in 0..400 {
+        let v = SimVfs::new();
+        let dir = Path::new("/s");
+        let mut e =
+            Engine::create_with(dir, &CreateOptions::new(Codec::Zstd), fuzzing::cfg(&v)).unwrap();
+        let recs: Vec<u8> = (0..160u32).map(|i| (i * 3 % 17) as u8).collect();
+        let offsets: Vec<usize> = (0..=16).map(|k| k * 10).collect();
+        e.append_var(&recs, &offsets).unwrap();
+        e.delete(&[0, 2, 4, 6]).unwrap();
+        e.sync().unwrap();
+        v.fail_at(Some(k));
+        let r = e.compact();
+        v.fail_at(None);
+        std::mem::forget(e); // poisoned: no drop-time sync
+        if matches!(&r, Err(zrecord_engine::Error::Io { path, op: "sync", .. })
+            if path.extension().is_some_and(|x| x == "loc"))
+        {
+            assert!(v.read_file(&dir.join("writeback.zr")).is_some());
+            return fuzzing::encode_image(&v, dir);
+        }
+    }
+    panic!("no compaction call was a loc segment's fsync")
+}
+
 fn maybe_write(target: &str, name: &str, data: &[u8]) {
     if std::env::var("ZRECORD_WRITE_FUZZ_SEEDS").is_ok() {
         std::fs::create_dir_all(seed_dir(target)).unwrap();
@@ -131,6 +159,12 @@ fn store_open_corpus_replays_without_panic() {
     assert!(
         fuzzing::store_open(&img),
         "the image with a delete log must open"
+    );
+    let img = lost_writeback_image();
+    maybe_write("store_open", "lost_writeback.bin", &img);
+    assert!(
+        fuzzing::store_open(&img),
+        "the image with a lost loc write-back must open"
     );
     let all = inputs("store_open");
     assert!(all.len() >= 5);
