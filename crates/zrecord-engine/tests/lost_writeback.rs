@@ -201,3 +201,69 @@ fn probe_failures_in_compactions_and_deletes_then_power_cuts() {
     }
     assert_eq!(found, 0);
 }
+
+/// A read-write open that meets an I/O error reading `writeback.zr` must
+/// fail (leaving the record for the next open), not take the record for a
+/// torn one and remove it unused: the compaction's lost loc write-back
+/// then stayed lost, and a second compaction, appends over the space it
+/// freed and a power cut left old entries past their chunk's new end.
+#[test]
+fn an_open_that_cannot_read_the_record_does_not_drop_it() {
+    let model = read_all(&holey(&SimVfs::new())).unwrap();
+    let mut after = model.clone();
+    after.extend((12..15).map(tagged));
+    let mut opened_past_a_failure = 0;
+    for n in 0..400 {
+        let v = SimVfs::new();
+        let mut e = holey(&v);
+        v.fail_at(Some(n));
+        let r = e.compact();
+        v.fail_at(None);
+        std::mem::forget(e);
+        let Err(err) = r else { break };
+        if !is_sync_of(&err, "loc") && !is_sync_of(&err, "chunk") {
+            continue;
+        }
+        // Each call of the reopen fails in turn; an open that fails is
+        // opened again, healthy.
+        for m in 0..40 {
+            let img = v.fork();
+            img.fail_at(Some(m));
+            let r = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&img));
+            img.fail_at(None);
+            let mut e = match r {
+                Ok(e) => {
+                    opened_past_a_failure += 1;
+                    e
+                }
+                Err(_) => Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&img))
+                    .unwrap_or_else(|e| panic!("call {n}, open call {m}: {e}")),
+            };
+            assert_eq!(read_all(&e).unwrap(), model, "call {n}, open call {m}");
+            img.record(true);
+            e.compact().unwrap();
+            append(&e, 12..15);
+            e.sync().unwrap();
+            img.record(false);
+            std::mem::forget(e);
+            for (s, snap) in img.take_snapshots().iter().enumerate() {
+                for seed in 0..3 {
+                    let cut = snap.crash_image(seed);
+                    let got = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&cut))
+                        .and_then(|e| {
+                            let rep = e.verify()?;
+                            assert!(rep.is_ok(), "call {n}/{m}, point {s}, seed {seed}: {rep:?}");
+                            read_all(&e)
+                        })
+                        .unwrap_or_else(|e| panic!("call {n}/{m}, point {s}, seed {seed}: {e}"));
+                    assert!(
+                        got == model || got == after,
+                        "call {n}/{m}, point {s}, seed {seed}: {} records",
+                        got.len()
+                    );
+                }
+            }
+        }
+    }
+    assert!(opened_past_a_failure > 0);
+}
