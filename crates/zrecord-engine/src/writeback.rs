@@ -170,7 +170,10 @@ fn record(vfs: &dyn Vfs, dir: &Path, boot: Option<&[u8]>, path: &Path) {
     let Ok(f) = vfs.open(&dir.join(WRITEBACK_FILE), OpenFlags::Create) else {
         return;
     };
+    // (A record that cannot be read is replaced: best effort, as above.)
     let mut rec = read(&*f)
+        .ok()
+        .flatten()
         .filter(|r| r.boot.as_slice() == boot.unwrap_or_default())
         .unwrap_or_else(|| LostWrites {
             boot: boot.unwrap_or_default().to_vec(),
@@ -187,12 +190,14 @@ fn record(vfs: &dyn Vfs, dir: &Path, boot: Option<&[u8]>, path: &Path) {
     }
 }
 
-fn read(f: &dyn crate::vfs::StorageFile) -> Option<LostWrites> {
-    let n = f.len().ok()?;
+/// The record `f` holds: `Ok(None)` for bytes that do not parse (torn,
+/// truncated, foreign), an error where they could not be read.
+fn read(f: &dyn crate::vfs::StorageFile) -> io::Result<Option<LostWrites>> {
+    let n = f.len()?;
     let max = (PREFIX + 255 + 9 * MAX_FILES + 8) as u64;
     let mut b = vec![0u8; n.min(max) as usize];
-    f.read_at(&mut b, 0).ok()?;
-    LostWrites::decode(&b)
+    f.read_at(&mut b, 0)?;
+    Ok(LostWrites::decode(&b))
 }
 
 /// For a read-write open holding the store's lock, `names` listing `dir`
@@ -204,7 +209,11 @@ pub(crate) fn repair(vfs: &dyn Vfs, dir: &Path, names: &[String]) -> crate::Resu
     let f = vfs
         .open(&path, OpenFlags::Read)
         .map_err(|e| crate::Error::io(&path, "open", e))?;
-    if let Some(rec) = read(&*f)
+    // A record that cannot be read fails the open and stays: taken for a
+    // torn one, it would be removed unused, and the files it names then
+    // trusted.
+    let rec = read(&*f).map_err(|e| crate::Error::io(&path, "read", e))?;
+    if let Some(rec) = rec
         && rec.this_boot(vfs.boot_id().as_deref())
     {
         for file in &rec.files {
