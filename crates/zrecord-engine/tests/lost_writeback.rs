@@ -267,3 +267,65 @@ fn an_open_that_cannot_read_the_record_does_not_drop_it() {
     }
     assert!(opened_past_a_failure > 0);
 }
+
+/// A sync of deferred deletes (armed, written in place by a flush) whose
+/// fsync of a loc segment fails puts the durable header and the deletes'
+/// undo entries back, then logs *done* (`Engine::sync`). A kill anywhere
+/// in that put-back and a same-boot reopen must give the state before or
+/// after the deletes, verified clean.
+///
+/// Ignored: fails, and fails the same way before `writeback.zr` (435dffd),
+/// so it is the put-back's, not this change's. Killed after the header is
+/// put back and before *done* is logged, the same-boot open finishes the
+/// logged deletes under the put-back header (length 14) over the deletes'
+/// entries still in place: records 11..13 share bytes with 1, 5, 9. No
+/// small fix found in review time (the put-back's order, or the open's
+/// reading of a marker whose header `meta.zr` holds again, must change).
+#[test]
+#[ignore = "pre-existing: a kill inside a failed sync's put-back (see the doc)"]
+fn a_kill_while_a_failed_sync_puts_deletes_back_leaves_a_whole_state() {
+    let build = |v: &SimVfs| {
+        let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), common::sim(v)).unwrap();
+        append(&e, 0..14);
+        e.sync().unwrap();
+        e.delete(&[1, 5, 9]).unwrap();
+        // Written in place (the marker made durable).
+        assert!(e.verify().unwrap().is_ok());
+        e
+    };
+    let before: Vec<Vec<u8>> = (0..14).map(tagged).collect();
+    let after = read_all(&build(&SimVfs::new())).unwrap();
+    let mut killed = 0;
+    for n in 0..60 {
+        let v = SimVfs::new();
+        let e = build(&v);
+        v.record(true);
+        v.fail_at(Some(n));
+        let r = e.sync();
+        v.fail_at(None);
+        v.record(false);
+        let Err(err) = r else { break };
+        std::mem::forget(e);
+        if !is_sync_of(&err, "loc") {
+            let _ = v.take_snapshots();
+            continue;
+        }
+        // A kill at every mutating call of the failed sync (those before
+        // its failure are plain kills mid-sync).
+        for (s, snap) in v.take_snapshots().iter().enumerate() {
+            let img = snap.kill_image();
+            killed += 1;
+            let e = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&img))
+                .unwrap_or_else(|e| panic!("call {n}, point {s}: {e}"));
+            let rep = e.verify().unwrap();
+            assert!(rep.is_ok(), "call {n}, point {s}: {rep:?}");
+            let got = read_all(&e).unwrap();
+            assert!(
+                got == before || got == after,
+                "call {n}, point {s}: {} records",
+                got.len()
+            );
+        }
+    }
+    assert!(killed > 0);
+}
