@@ -1678,57 +1678,47 @@ impl Engine {
         if r.is_err() && self.armed.load(Ordering::Acquire) {
             // The kernel reports a failed write-back once and may then
             // treat the lost pages as clean, so a later open on this boot
-            // would trust a `meta.zr` naming them. Put back the header the
-            // marker names, whose records are durable.
+            // would trust a `meta.zr` naming them. The marker is made
+            // another boot's first (its fixed part, one sector, with a
+            // boot id of as many 0xFF bytes as the one there, which no
+            // boot has): every later open then rolls back to its header
+            // and undo entries as after a power cut, writing them itself,
+            // whatever this put-back reaches before a kill (the header
+            // put back over the deletes' entries lost records and
+            // repeated others). Then the header the marker names, whose
+            // records are durable, and the entries deferred deletes
+            // overwrote since go back in place, for loaderx 1.7.2 (which
+            // ignores the marker) and readers of these files.
             let h = *self
                 .durable_header
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            let put_back = h.is_some_and(|h| self.meta.file.write_at(&h.encode(), 0).is_ok());
-            // And the entries deferred deletes overwrote since; a done
-            // record then keeps an open on this boot from finishing the
-            // deletes the error gave up. Only over the header put back:
-            // under the deletes' header they would lose records and
-            // repeat others (left alone, the files and the log still
-            // make the state before the error).
-            let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-            if put_back
-                && let Some(h) = h
-                && let Some(log) = log.as_mut()
-            {
-                let undo: Vec<(u64, Loc)> = log.undo.iter().map(|(&i, &l)| (i, l)).collect();
-                let restored = crate::maintain::write_entries(
-                    &self.read_state(),
-                    &self.dir,
-                    self.cfg.loc_segment_entries,
-                    &undo,
-                    false,
-                    &|e| e,
-                )
-                .is_ok();
-                if restored {
-                    let done = crate::deferred::LogRecord::Done.encode();
-                    if log.file.write_at(&done, log.end).is_ok() {
-                        log.end += done.len() as u64;
-                    }
-                } else {
-                    // Some entries are not back: under the header put
-                    // back they would lose records and repeat others, and
-                    // a *done* would have an open on this boot trust them.
-                    // The marker is made another boot's instead (its
-                    // fixed part, one sector, its boot id as long as the
-                    // one there), so that open rolls back as after a power
-                    // cut, writing the undo entries itself.
-                    let mut boot = [0u8];
-                    if log.file.read_at(&mut boot, 5).is_ok() {
-                        let m = Marker {
-                            header: h,
-                            boot: vec![0xFF; usize::from(boot[0])],
-                            log: Vec::new(),
-                        };
-                        let _ = log.file.write_at(&m.encode(), 0);
-                    }
+            let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            if let (Some(h), Some(log)) = (h, log.as_ref()) {
+                let mut boot = [0u8];
+                if log.file.read_at(&mut boot, 5).is_ok() {
+                    let m = Marker {
+                        header: h,
+                        boot: vec![0xFF; usize::from(boot[0])],
+                        log: Vec::new(),
+                    };
+                    let _ = log.file.write_at(&m.encode(), 0);
                 }
+                if self.meta.file.write_at(&h.encode(), 0).is_ok() {
+                    // Only over the header put back: under the deletes'
+                    // header they would lose records and repeat others.
+                    let undo: Vec<(u64, Loc)> = log.undo.iter().map(|(&i, &l)| (i, l)).collect();
+                    let _ = crate::maintain::write_entries(
+                        &self.read_state(),
+                        &self.dir,
+                        self.cfg.loc_segment_entries,
+                        &undo,
+                        false,
+                        &|e| e,
+                    );
+                }
+            } else if let Some(h) = h {
+                let _ = self.meta.file.write_at(&h.encode(), 0);
             }
         }
         r

@@ -274,15 +274,13 @@ fn an_open_that_cannot_read_the_record_does_not_drop_it() {
 /// in that put-back and a same-boot reopen must give the state before or
 /// after the deletes, verified clean.
 ///
-/// Ignored: fails, and fails the same way before `writeback.zr` (435dffd),
-/// so it is the put-back's, not this change's. Killed after the header is
-/// put back and before *done* is logged, the same-boot open finishes the
-/// logged deletes under the put-back header (length 14) over the deletes'
-/// entries still in place: records 11..13 share bytes with 1, 5, 9. No
-/// small fix found in review time (the put-back's order, or the open's
-/// reading of a marker whose header `meta.zr` holds again, must change).
+/// Found by the review of `writeback.zr` (it failed the same way before it,
+/// at 435dffd): killed after the header was put back and before *done*
+/// was logged, the same-boot open took the put-back header (length 14) as
+/// this boot's over the deletes' entries still in place: records 11..13
+/// shared bytes with 1, 5, 9. The put-back now makes the marker another
+/// boot's first, so every later open rolls back.
 #[test]
-#[ignore = "pre-existing: a kill inside a failed sync's put-back (see the doc)"]
 fn a_kill_while_a_failed_sync_puts_deletes_back_leaves_a_whole_state() {
     let build = |v: &SimVfs| {
         let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), common::sim(v)).unwrap();
