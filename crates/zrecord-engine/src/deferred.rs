@@ -20,15 +20,15 @@
 //! syncing nothing. The first such append creates the file, without a
 //! directory sync. `sync()` fsyncs the files the appends wrote, the
 //! directory if they created files, then writes the header to `meta.zr`
-//! and fsyncs it (the three fsyncs loaderx 1.7.2 makes), and removes the
-//! marker without a directory sync. An open on the boot that wrote the
+//! and fsyncs it (the three fsyncs loaderx 1.7.2 makes), and zeroes the
+//! record without an fsync (the file is kept, see below). An open on the boot that wrote the
 //! record, with `meta.zr` still holding the durable header it names,
 //! takes the appends' header (a killed process loses nothing; a
 //! read-write open then syncs them as the writer's sync would). Any other
 //! open keeps `meta.zr`: after a power cut (another boot) it is durable
 //! and names only durable bytes, and a `meta.zr` that moved on was
 //! written by a later writer (loaderx 1.7.2 ignores the marker), whose
-//! state stands. So a record left behind by a removal that a power cut
+//! state stands. So a record left behind by a zeroing that a power cut
 //! undid is harmless, and so is a torn one. A failed sync writes the
 //! durable header back and removes the record (the kernel may have
 //! dropped the pages a failed write-back named, and call them clean).
@@ -39,8 +39,15 @@
 //! unsynced (the first flush fsyncs it, then the directory, before any
 //! write in place, so it is durable before anything it protects). While it
 //! exists, `meta.zr` may run ahead of the disk (appends write it in
-//! place). `sync()` fsyncs every file written since and removes the
-//! marker, durably. An open that finds a marker
+//! place). `sync()` fsyncs every file written since and ends the marker,
+//! durably: it zeroes the file's first sector (the fixed part; a power cut
+//! never tears a sector) and fsyncs it. The handle keeps the file for its
+//! next marker or pending appends record (removing it at close), so a
+//! delete and a sync cost no directory fsync after the first: the marker,
+//! the loc segment, `meta.zr`, the zeroed sector. A marker written into a
+//! kept file draws a new *salt*, which seeds its log's checksums, so the
+//! records of the file's earlier markers that follow it never pass as its
+//! own. An open that finds a marker
 //! compares boot ids: the same boot means the page cache that holds every
 //! write is still there, so `meta.zr` stands; another boot (or none known)
 //! means a power cut may have dropped writes, so the store rolls back to the
@@ -66,10 +73,11 @@
 //! (loaderx 1.7.2, which ignores the marker, may have written since).
 //!
 //! The armed marker's layout (little-endian): magic `ZDUR` u32, version u8
-//! (1), boot id length
-//! u8, 2 zero bytes, the durable `meta.zr` (32 bytes), the boot id, FNV-1a 64
-//! of all preceding bytes; then the log, records of: body length u32, body,
-//! FNV-1a 64 of the length and body. A delete's body: kind u8 (1), 3 zero
+//! (3; 1 from earlier builds, without the salt, still read), boot id length
+//! u8, 2 zero bytes, the durable `meta.zr` (32 bytes), the salt u64, the
+//! boot id, FNV-1a 64 of all preceding bytes; then the log, records of:
+//! body length u32, body, FNV-1a 64 of the salt's 8 bytes (none in version
+//! 1), the length and the body. A delete's body: kind u8 (1), 3 zero
 //! bytes, undo count u32, redo count u32, 4 zero bytes, the header before
 //! and the header after the delete (32 bytes each), then that many (slot
 //! u64, entry 16 bytes) pairs, undo first. A done record's body: kind 2, 3
@@ -100,6 +108,8 @@ const MAGIC: u32 = 0x5255_445A;
 const VERSION: u8 = 1;
 /// The version byte of a [`PendingAppends`] record.
 const VERSION_PENDING: u8 = 2;
+/// The version byte of an armed marker whose log checksums are salted.
+const VERSION_SALTED: u8 = 3;
 const PREFIX: usize = 8;
 
 /// When an append becomes durable, i.e. survives a power cut.
@@ -156,6 +166,10 @@ pub(crate) struct Marker {
     pub header: Header,
     /// The boot id at that time (empty when the system has none).
     pub boot: Vec<u8>,
+    /// The salt of the log's checksums (version 3; `None`: version 1,
+    /// unsalted). A handle that keeps its file draws a new one per marker,
+    /// so records of an earlier marker left past the new log never pass.
+    pub salt: Option<u64>,
     /// The deferred deletes since (the valid prefix of the log).
     pub log: Vec<LogRecord>,
 }
@@ -203,7 +217,39 @@ pub(crate) struct DeleteLog {
     pub pending: Vec<(u64, Loc)>,
     /// The header the last of them leaves, not yet written.
     pub pending_header: Option<Header>,
+    /// Whether the sync that ends the log may keep the file for this
+    /// handle's next marker (see [`KeptFile`]): it armed the file itself,
+    /// so no bytes past the log are another writer's.
+    pub reusable: bool,
+    /// Its marker's salt, for the records appended.
+    pub salt: Option<u64>,
 }
+
+/// A `durable.zr` a handle keeps between durable points, instead of
+/// removing it at each sync and creating it again (with a directory fsync)
+/// at the next deferred delete. Its first sector is zero in the page cache;
+/// on disk too (the sync that ended a marker fsynced that), or it holds a
+/// pending appends record zeroed unsynced, which an open ignores once
+/// `meta.zr` has moved on. A file whose first sector is zero opens as a
+/// torn marker: `meta.zr` stands. Past it may lie an earlier marker's log,
+/// whose records fail the next marker's checksums (a new salt). Removed
+/// when the handle closes.
+#[derive(Debug)]
+pub(crate) struct KeptFile {
+    pub file: Box<dyn StorageFile>,
+    /// Whether its directory entry is durable (a marker's first flush
+    /// synced the directory; a pending appends record's file was created
+    /// without).
+    pub entry_durable: bool,
+    /// The salt of the last marker written in it: the next one takes
+    /// another.
+    pub salt: Option<u64>,
+}
+
+/// Largest `durable.zr` a sync keeps; a longer one (a long delete log,
+/// which every open would read) is removed, and the next marker starts a
+/// new file.
+pub(crate) const MAX_KEPT_BYTES: u64 = 64 << 10;
 
 /// The open `durable.zr` of a read-write handle with pending appends.
 #[derive(Debug)]
@@ -211,6 +257,30 @@ pub(crate) struct PendingFile {
     pub file: Box<dyn StorageFile>,
     /// The durable header, which `meta.zr` holds until the sync.
     pub base: Header,
+    /// For a file this handle wrote (not one an open adopted), whether its
+    /// directory entry is durable, and the salt of the last marker written
+    /// in it: the sync then zeroes and keeps it ([`KeptFile`]) rather than
+    /// removing it.
+    pub kept: Option<(bool, Option<u64>)>,
+}
+
+/// The salt of the first marker in a new file: any value serves (the file
+/// holds no records of another marker; each later marker in it takes the
+/// next value). Drawn from the boot id and the durable header, so a
+/// simulated disk replays the same bytes.
+pub(crate) fn first_salt(boot: &[u8], header: &Header) -> u64 {
+    salted_fnv(Some(fnv(boot)), &header.encode())
+}
+
+/// FNV-1a 64 of the salt's bytes (if any), then `b`.
+fn salted_fnv(salt: Option<u64>, b: &[u8]) -> u64 {
+    let salt = salt.map(u64::to_le_bytes);
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &x in salt.as_ref().map_or(&[][..], |s| &s[..]).iter().chain(b) {
+        h ^= u64::from(x);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 const KIND_DELETE: u8 = 1;
@@ -219,8 +289,8 @@ const DELETE_FIXED: usize = 16 + 2 * META_SIZE;
 const PAIR: usize = 8 + LOC_SIZE;
 
 impl LogRecord {
-    /// The record's bytes, framed.
-    pub fn encode(&self) -> Vec<u8> {
+    /// The record's bytes, framed; checksummed with `salt` (its marker's).
+    pub fn encode(&self, salt: Option<u64>) -> Vec<u8> {
         let mut body = Vec::new();
         match self {
             LogRecord::Delete {
@@ -246,7 +316,7 @@ impl LogRecord {
         let mut b = Vec::with_capacity(body.len() + 12);
         b.extend_from_slice(&(body.len() as u32).to_le_bytes());
         b.extend_from_slice(&body);
-        let h = fnv(&b);
+        let h = salted_fnv(salt, &b);
         b.extend_from_slice(&h.to_le_bytes());
         b
     }
@@ -254,21 +324,21 @@ impl LogRecord {
     /// The valid records at the start of `b`: parsing stops at the first
     /// one that is torn, truncated or unknown (never written durably, so
     /// nothing after it was either).
-    pub fn decode_all(mut b: &[u8]) -> Vec<LogRecord> {
+    pub fn decode_all(mut b: &[u8], salt: Option<u64>) -> Vec<LogRecord> {
         let mut out = Vec::new();
-        while let Some((r, n)) = Self::decode_one(b) {
+        while let Some((r, n)) = Self::decode_one(b, salt) {
             out.push(r);
             b = &b[n..];
         }
         out
     }
 
-    fn decode_one(b: &[u8]) -> Option<(LogRecord, usize)> {
+    fn decode_one(b: &[u8], salt: Option<u64>) -> Option<(LogRecord, usize)> {
         let len = usize::try_from(u32::from_le_bytes(b.get(..4)?.try_into().ok()?)).ok()?;
         let total = len.checked_add(12)?;
         let framed = b.get(..total)?;
         let (head, sum) = framed.split_at(4 + len);
-        if fnv(head).to_le_bytes() != sum {
+        if salted_fnv(salt, head).to_le_bytes() != sum {
             return None;
         }
         let body = &head[4..];
@@ -363,48 +433,70 @@ impl Marker {
     /// one by one).
     pub fn encode(&self) -> Vec<u8> {
         let boot = &self.boot[..self.boot.len().min(255)];
-        let mut b = Vec::with_capacity(PREFIX + META_SIZE + boot.len() + 8);
+        let mut b = Vec::with_capacity(self.fixed_len());
         b.extend_from_slice(&MAGIC.to_le_bytes());
-        b.push(VERSION);
+        b.push(if self.salt.is_some() {
+            VERSION_SALTED
+        } else {
+            VERSION
+        });
         b.push(boot.len() as u8);
         b.extend_from_slice(&[0, 0]);
         b.extend_from_slice(&self.header.encode());
+        if let Some(salt) = self.salt {
+            b.extend_from_slice(&salt.to_le_bytes());
+        }
         b.extend_from_slice(boot);
         let h = fnv(&b);
         b.extend_from_slice(&h.to_le_bytes());
         for r in &self.log {
-            b.extend_from_slice(&r.encode());
+            b.extend_from_slice(&r.encode(self.salt));
         }
         b
     }
 
     /// Parses a marker; `None` for anything torn, truncated or foreign.
     pub fn decode(b: &[u8]) -> Option<Marker> {
+        let salted = match *b.get(4)? {
+            VERSION => false,
+            VERSION_SALTED => true,
+            _ => return None,
+        };
         let boot_len = usize::from(*b.get(5)?);
-        let fixed = PREFIX + META_SIZE + boot_len + 8;
+        let at_boot = PREFIX + META_SIZE + if salted { 8 } else { 0 };
+        let fixed = at_boot + boot_len + 8;
         let (body, sum) = b.get(..fixed)?.split_at(fixed - 8);
         if fnv(body).to_le_bytes() != sum {
             return None;
         }
-        if u32::from_le_bytes(body[0..4].try_into().ok()?) != MAGIC
-            || body[4] != VERSION
-            || body[6..8] != [0, 0]
-        {
+        if u32::from_le_bytes(body[0..4].try_into().ok()?) != MAGIC || body[6..8] != [0, 0] {
             return None;
         }
         let header = Header::decode(&body[PREFIX..PREFIX + META_SIZE]).ok()?;
+        let salt = salted.then(|| {
+            u64::from_le_bytes(
+                body[PREFIX + META_SIZE..at_boot]
+                    .try_into()
+                    .expect("8 bytes"),
+            )
+        });
         Some(Marker {
             header,
-            boot: body[PREFIX + META_SIZE..].to_vec(),
-            log: LogRecord::decode_all(&b[fixed..]),
+            boot: body[at_boot..].to_vec(),
+            salt,
+            log: LogRecord::decode_all(&b[fixed..], salt),
         })
+    }
+
+    /// The length of the fixed part, where the log starts.
+    pub fn fixed_len(&self) -> usize {
+        PREFIX + META_SIZE + self.salt.map_or(0, |_| 8) + self.boot.len().min(255) + 8
     }
 
     /// The length of the file's valid part: where the next log record goes.
     pub fn valid_len(&self) -> u64 {
-        let fixed = PREFIX + META_SIZE + self.boot.len().min(255) + 8;
-        let log: usize = self.log.iter().map(|r| r.encode().len()).sum();
-        (fixed + log) as u64
+        let log: usize = self.log.iter().map(|r| r.encode(self.salt).len()).sum();
+        (self.fixed_len() + log) as u64
     }
 
     /// What a roll-back to the marker's header writes back: the first logged
@@ -558,6 +650,7 @@ mod tests {
                 length: 1234,
             },
             boot: b"0f1e2d3c-aaaa-bbbb-cccc-0123456789ab".to_vec(),
+            salt: Some(0x5A17_0000_0000_0001),
             log: Vec::new(),
         }
     }
@@ -659,7 +752,7 @@ mod tests {
         let ends: Vec<usize> = log
             .iter()
             .scan(fixed, |at, r| {
-                *at += r.encode().len();
+                *at += r.encode(m.salt).len();
                 Some(*at)
             })
             .collect();
@@ -672,6 +765,54 @@ mod tests {
             let flipped = Marker::decode(&c).unwrap();
             assert_eq!(flipped.log, log[..whole], "byte {i} flipped");
         }
+    }
+
+    #[test]
+    fn an_unsalted_version_1_marker_still_reads() {
+        let m = Marker {
+            salt: None,
+            log: vec![delete(&[3], 1233, &[3]), LogRecord::Done],
+            ..marker()
+        };
+        let b = m.encode();
+        assert_eq!(b[4], VERSION);
+        assert_eq!(m.fixed_len() + 8, marker().fixed_len());
+        assert_eq!(Marker::decode(&b), Some(m.clone()));
+        assert_eq!(m.valid_len(), b.len() as u64);
+    }
+
+    /// A kept file's next marker starts over the previous one's log: only
+    /// records of its own salt count, so the log it reads ends where its
+    /// own records do, whatever lies after.
+    #[test]
+    fn records_of_an_earlier_marker_never_join_the_log() {
+        let old = Marker {
+            salt: Some(41),
+            log: vec![
+                delete(&[3], 1233, &[3]),
+                LogRecord::Done,
+                delete(&[5], 1232, &[5]),
+            ],
+            ..marker()
+        };
+        let mut b = old.encode();
+        let new = Marker {
+            salt: Some(42),
+            ..marker()
+        };
+        // The new fixed part over the old one: the old records follow.
+        let fixed = new.encode();
+        b[..fixed.len()].copy_from_slice(&fixed);
+        assert_eq!(Marker::decode(&b).unwrap().log, []);
+        // One record of its own, then the old ones at an offset they may
+        // have had (records of equal length line up exactly).
+        let own = delete(&[7], 1233, &[7]).encode(new.salt);
+        assert_eq!(own.len(), old.log[0].encode(old.salt).len());
+        b[fixed.len()..fixed.len() + own.len()].copy_from_slice(&own);
+        assert_eq!(Marker::decode(&b).unwrap().log, [delete(&[7], 1233, &[7])]);
+        // The same bytes under the old salt's check are not a record.
+        assert_eq!(LogRecord::decode_all(&own, Some(41)), []);
+        assert_eq!(LogRecord::decode_all(&own, None), []);
     }
 
     #[test]

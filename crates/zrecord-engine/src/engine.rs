@@ -1,7 +1,10 @@
 //! The store handle: create, open (with validation), locking, sync, stats.
 
 use crate::codec::{Codec, CodecState, CreateOptions, DictOrigin};
-use crate::deferred::{DURABLE_FILE, DeleteLog, Durability, Marker, PendingAppends, PendingFile};
+use crate::deferred::{
+    DURABLE_FILE, DeleteLog, Durability, KeptFile, MAX_KEPT_BYTES, Marker, PendingAppends,
+    PendingFile,
+};
 use crate::error::{Error, Result};
 use crate::format::{
     self, CHUNK_CAPACITY, DICT_FILE, Header, LOC_SEGMENT_ENTRIES, LOC_SIZE, Loc, MAX_RECORD_LEN,
@@ -174,6 +177,9 @@ pub struct Engine {
     /// (not armed): `durable.zr` holds their header, `meta.zr` the durable
     /// one until the sync (see `deferred`).
     pub(crate) pending: Mutex<Option<PendingFile>>,
+    /// `durable.zr`, zeroed, kept for this handle's next marker or pending
+    /// appends record (see [`KeptFile`]).
+    pub(crate) kept: Mutex<Option<KeptFile>>,
     /// The process that opened the handle: a forked child that inherits it
     /// must not remove the marker the parent's later appends rely on.
     pub(crate) pid: u32,
@@ -337,6 +343,7 @@ impl Engine {
             durable_header: Mutex::new(None),
             log: Mutex::new(None),
             pending: Mutex::new(None),
+            kept: Mutex::new(None),
             pid: std::process::id(),
             forks_at_open: crate::fork::forks(),
             unapplied: BTreeSet::new(),
@@ -1010,7 +1017,7 @@ impl Engine {
             if let Some(m) = &m
                 && m.log.iter().any(|r| *r != crate::deferred::LogRecord::Done)
             {
-                marker_undo = Some((m.undo(), m.valid_len(), m.header.length));
+                marker_undo = Some((m.undo(), m.valid_len(), m.header.length, m.salt));
             }
             let meta_codec = header.codec;
             let same_codec = |h: &Header| {
@@ -1379,7 +1386,7 @@ impl Engine {
         // A failed settle below puts the marker's header back, with the
         // entries the log's deletes overwrote below its length: the
         // segments that hold them may lie past the chosen header's.
-        if !read_only && let Some((_, _, marker_len)) = &marker_undo {
+        if !read_only && let Some((_, _, marker_len, _)) = &marker_undo {
             for s in locs.len() as u64..marker_len.div_ceil(seg) {
                 let name = format::loc_name(s);
                 if !names.contains(&name) {
@@ -1433,6 +1440,7 @@ impl Engine {
             durable_header: Mutex::new(marker_header),
             log: Mutex::new(None),
             pending: Mutex::new(None),
+            kept: Mutex::new(None),
             pid: std::process::id(),
             forks_at_open: crate::fork::forks(),
             unapplied: if read_only {
@@ -1446,7 +1454,7 @@ impl Engine {
             // The log's undo entries, for a failed settle below to write
             // back with the marker's header (the header alone, over slots
             // the deletes overwrote, loses records and repeats others).
-            if let (Some((undo, end, _)), Some(f)) = (marker_undo, marker_file) {
+            if let (Some((undo, end, _, salt)), Some(f)) = (marker_undo, marker_file) {
                 *engine.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(DeleteLog {
                     file: f,
                     path: marker_path.clone(),
@@ -1456,6 +1464,10 @@ impl Engine {
                     new_file: false,
                     pending: Vec::new(),
                     pending_header: None,
+                    // Another handle's file: bytes past its log may be
+                    // records it tore.
+                    reusable: false,
+                    salt,
                 });
             }
             if !log_overlay.is_empty() {
@@ -1545,8 +1557,11 @@ impl Engine {
             if let Some((base, file)) = adopted {
                 // Synced like the writer's own sync: `meta.zr` stays at the
                 // durable header until the files are.
-                *engine.pending.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(PendingFile { file, base });
+                *engine.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some(PendingFile {
+                    file,
+                    base,
+                    kept: None,
+                });
                 engine.armed.store(false, Ordering::Release);
             } else {
                 engine.armed.store(true, Ordering::Release);
@@ -1700,6 +1715,7 @@ impl Engine {
                     let m = Marker {
                         header: h,
                         boot: vec![0xFF; usize::from(boot[0])],
+                        salt: log.salt,
                         log: Vec::new(),
                     };
                     let _ = log.file.write_at(&m.encode(), 0);
@@ -1742,6 +1758,26 @@ impl Engine {
             if self.dir_dirty.load(Ordering::Acquire) {
                 self.sync_directory()?;
             }
+            let kept = {
+                let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+                match log.as_ref() {
+                    Some(l) if l.reusable && !l.new_file && l.end <= MAX_KEPT_BYTES => {
+                        // The fixed part (and any pending appends record)
+                        // lies in the first sector, which a power cut never
+                        // tears: the marker is valid with its whole log, or
+                        // gone. A failed write leaves it armed, to be put
+                        // back as after a failed removal.
+                        l.file
+                            .write_at(&[0u8; 512], 0)
+                            .map_err(|e| self.poison(Error::io(&l.path, "write", e)))?;
+                        log.take()
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(log) = kept {
+                return self.disarm(log);
+            }
             let p = self.dir.join(DURABLE_FILE);
             match self.cfg.vfs.remove(&p) {
                 Ok(()) => {}
@@ -1764,6 +1800,33 @@ impl Engine {
             *self.log.lock().unwrap_or_else(|e| e.into_inner()) = None;
             r?;
         }
+        Ok(())
+    }
+
+    /// Ends the armed state of a sync whose files are durable, once the
+    /// caller zeroed the first sector of the marker this handle wrote: an
+    /// fsync of it (one fdatasync of a sector in place, where a removal
+    /// costs a directory fsync, and the next marker's creation another),
+    /// and the file is kept for the next marker ([`KeptFile`]). The log
+    /// stays; the next marker in the file salts its checksums anew. A
+    /// failed fsync poisons, drops the file and puts nothing back, as a
+    /// failed directory sync after a removal: the marker may come back in
+    /// a power cut (its state), and an open on this boot reads zeros,
+    /// keeps `meta.zr` and removes the file durably.
+    fn disarm(&self, log: DeleteLog) -> Result<()> {
+        self.armed.store(false, Ordering::Release);
+        *self
+            .durable_header
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        log.file
+            .sync()
+            .map_err(|e| self.poison(Error::io(&log.path, "sync", e)))?;
+        *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(KeptFile {
+            file: log.file,
+            entry_durable: true,
+            salt: log.salt,
+        });
         Ok(())
     }
 
@@ -1898,14 +1961,22 @@ impl Engine {
         let mut g = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let p = self.dir.join(DURABLE_FILE);
         if g.is_none() {
-            let f = self
-                .cfg
-                .vfs
-                .open(&p, OpenFlags::CreateTruncate)
-                .map_err(|e| self.poison(Error::io(&p, "create", e)))?;
+            let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let (file, entry_durable, salt) = match kept {
+                Some(k) => (k.file, k.entry_durable, k.salt),
+                None => (
+                    self.cfg
+                        .vfs
+                        .open(&p, OpenFlags::CreateTruncate)
+                        .map_err(|e| self.poison(Error::io(&p, "create", e)))?,
+                    false,
+                    None,
+                ),
+            };
             *g = Some(PendingFile {
-                file: f,
+                file,
                 base: *base,
+                kept: Some((entry_durable, salt)),
             });
         }
         let pf = g.as_ref().expect("set above");
@@ -1944,10 +2015,32 @@ impl Engine {
         if r.is_err() {
             let _ = self.meta.file.write_at(&p.base.encode(), 0);
         }
-        // Removed: after a success it names a state `meta.zr` has left
+        // Gone: after a success it names a state `meta.zr` has left
         // (harmless unless `meta.zr` came back to its base), after a
-        // failure one that may not be on disk. A failed removal is an
-        // error, the record made invalid as far as possible.
+        // failure one that may not be on disk. Zeroed in place (unsynced,
+        // as the removal was) and kept, after a success in a file this
+        // handle wrote; else removed. A failed removal is an error, the
+        // record made invalid as far as possible.
+        if r.is_ok()
+            && let Some((entry_durable, salt)) = p.kept
+        {
+            let n = PendingAppends {
+                base: p.base,
+                header: p.base,
+                boot: self.boot.clone().unwrap_or_default(),
+            }
+            .encode()
+            .len();
+            p.file
+                .write_at(&vec![0u8; n], 0)
+                .map_err(|e| self.poison(Error::io(&path, "write", e)))?;
+            *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(KeptFile {
+                file: p.file,
+                entry_durable,
+                salt,
+            });
+            return Ok(());
+        }
         let gone = match self.cfg.vfs.remove(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -1966,17 +2059,31 @@ impl Engine {
     /// holds the append lock).
     pub(crate) fn arm(&self, header: &Header) -> Result<()> {
         self.sync_files()?;
+        let p = self.dir.join(DURABLE_FILE);
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let (f, new_file, last_salt) = match kept {
+            // Records of its earlier markers may follow the fixed part: a
+            // new salt fails their checksums.
+            Some(k) => (k.file, !k.entry_durable, k.salt),
+            None => (
+                self.cfg
+                    .vfs
+                    .open(&p, OpenFlags::CreateTruncate)
+                    .map_err(|e| self.poison(Error::io(&p, "create", e)))?,
+                true,
+                None,
+            ),
+        };
+        let salt = match last_salt {
+            Some(s) => s.wrapping_add(1),
+            None => crate::deferred::first_salt(self.boot.as_deref().unwrap_or_default(), header),
+        };
         let m = Marker {
             header: *header,
             boot: self.boot.clone().unwrap_or_default(),
+            salt: Some(salt),
             log: Vec::new(),
         };
-        let p = self.dir.join(DURABLE_FILE);
-        let f = self
-            .cfg
-            .vfs
-            .open(&p, OpenFlags::CreateTruncate)
-            .map_err(|e| self.poison(Error::io(&p, "create", e)))?;
         let bytes = m.encode();
         f.write_at(&bytes, 0)
             .map_err(|e| self.poison(Error::io(&p, "write", e)))?;
@@ -1990,9 +2097,11 @@ impl Engine {
             end: bytes.len() as u64,
             undo: Default::default(),
             unsynced: true,
-            new_file: true,
+            new_file,
             pending: Vec::new(),
             pending_header: None,
+            reusable: true,
+            salt: Some(salt),
         });
         self.armed.store(true, Ordering::Release);
         Ok(())
@@ -2094,6 +2203,17 @@ impl Drop for Engine {
     fn drop(&mut self) {
         if !self.read_only && !self.poisoned.load(Ordering::Acquire) && self.in_opener() {
             let _ = self.settle();
+        }
+        // A kept marker is zero (no directory sync: one a power cut brings
+        // back opens as a torn marker, and `meta.zr` stands).
+        let kept = self
+            .kept
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if kept.is_some() && self.in_opener() {
+            drop(kept);
+            let _ = self.cfg.vfs.remove(&self.dir.join(DURABLE_FILE));
         }
     }
 }

@@ -190,7 +190,7 @@ impl Engine {
             header: *header,
             redo: entries.to_vec(),
         }
-        .encode();
+        .encode(log.salt);
         log.file
             .write_at(&bytes, log.end)
             .map_err(|e| self.poison(Error::io(&log.path, "write", e)))?;
@@ -242,7 +242,7 @@ impl Engine {
             self.poison(e)
         })?;
         self.write_header(&header)?;
-        let done = LogRecord::Done.encode();
+        let done = LogRecord::Done.encode(log.salt);
         log.file
             .write_at(&done, log.end)
             .map_err(|e| self.poison(Error::io(&log.path, "write", e)))?;

@@ -52,8 +52,11 @@ fn p(name: &str) -> PathBuf {
 
 /// Whether `name` is gone from the page cache at `s` but still on disk
 /// (what a power cut would leave): its removal is not durable yet.
+/// For `durable.zr`, zeroed counts as gone: a sync ends a marker its
+/// handle keeps that way, fsynced after.
 fn removal_pending(s: &Snapshot, name: &str) -> bool {
-    !s.has_file(&p(name)) && s.crash_image(0).read_file(&p(name)).is_some()
+    let live = |b: Option<Vec<u8>>| b.is_some_and(|b| b.is_empty() || b.iter().any(|&x| x != 0));
+    !live(s.kill_image().read_file(&p(name))) && live(s.crash_image(0).read_file(&p(name)))
 }
 
 /// The snapshots `f` leaves on `v`.

@@ -35,7 +35,7 @@ fn six_synced(v: &SimVfs) -> (Engine, Vec<Vec<u8>>) {
 }
 
 fn marker(v: &SimVfs) -> bool {
-    v.read_file(&Path::new(DIR).join("durable.zr")).is_some()
+    common::has_marker(v, Path::new(DIR))
 }
 
 fn expect_tags(e: &Engine, ks: &[u8]) {
@@ -81,7 +81,7 @@ fn deferred_appends_sync_nothing_until_sync() {
     assert_eq!(v.syncs(), syncs, "deferred appends sync nothing");
     assert_eq!(meta(&v), durable_meta, "meta.zr keeps the durable header");
     e.sync().unwrap();
-    assert!(!marker(&v), "sync removes the marker");
+    assert!(!marker(&v), "sync ends the marker");
     durable_now(&v, 0..9);
     append(&e, 9..10);
     assert!(marker(&v), "the next append after a sync writes it again");
@@ -399,11 +399,14 @@ fn real_file_system_markers_come_and_go() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
     let m = dir.join("durable.zr");
+    // Present with a record or marker in its first bytes; a handle keeps
+    // the file between syncs with those zeroed, and removes it at close.
+    let live = || common::live_marker(std::fs::read(&m).ok());
     let e = Engine::create(&dir, &at_sync(Codec::Zstd)).unwrap();
     append(&e, 0..5);
-    assert!(m.exists());
+    assert!(live());
     e.sync().unwrap();
-    assert!(!m.exists());
+    assert!(!live());
     append(&e, 5..7);
     // A read-only open on the same boot sees every append (the reference
     // would too); the writer still holds the lock, so try after close.
@@ -1195,4 +1198,48 @@ fn pending_appends_naming_lost_bytes_fall_back_to_the_durable_header() {
         let r = Engine::open_with(DIR, mode, sim_8k_chunks(&killed)).unwrap();
         expect(&r, 0..6);
     }
+}
+
+/// A deferred delete and a sync, round after round (the loop loaderx 1.7.2
+/// users write around `delete` and `sync`): after the first round the
+/// handle keeps `durable.zr`, so each later one fsyncs the marker with its
+/// log, the loc segment, `meta.zr` and the marker's zeroed first sector,
+/// and syncs no directory (a new marker cost a directory sync at its first
+/// flush and its removal another: five syncs a round, two of them of the
+/// directory). Every round is durable, and the file goes at close.
+#[test]
+fn delete_and_sync_rounds_keep_the_marker_file_and_sync_no_directory() {
+    let _g = serial();
+    let v = SimVfs::new();
+    let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(&v)).unwrap();
+    append(&e, 0..12);
+    e.sync().unwrap();
+    let mut model: Vec<u8> = (0..12).collect();
+    let mut delete = |e: &mut Engine, i: usize| {
+        e.delete(&[i as u64]).unwrap();
+        let last = model.pop().unwrap();
+        if i < model.len() {
+            model[i] = last;
+        }
+        e.sync().unwrap();
+        model.clone()
+    };
+    delete(&mut e, 0);
+    for round in 0..6 {
+        let (s, d) = (v.syncs(), v.dir_syncs());
+        let want = delete(&mut e, round % 3);
+        assert_eq!(
+            (v.syncs() - s, v.dir_syncs() - d),
+            (4, 0),
+            "round {round}: (syncs, directory syncs)"
+        );
+        assert!(!marker(&v), "round {round}: the sync ends the marker");
+        let at = v.snapshot();
+        for seed in 0..6 {
+            let r = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&at.crash_image(seed))).unwrap();
+            expect_tags(&r, &want);
+        }
+    }
+    e.close().unwrap();
+    assert!(v.read_file(&Path::new(DIR).join("durable.zr")).is_none());
 }

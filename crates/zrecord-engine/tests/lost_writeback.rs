@@ -224,9 +224,9 @@ fn an_open_that_cannot_read_the_record_does_not_drop_it() {
         if !is_sync_of(&err, "loc") && !is_sync_of(&err, "chunk") {
             continue;
         }
-        // Each call of the reopen fails in turn; an open that fails is
-        // opened again, healthy.
-        for m in 0..40 {
+        // Each call of the reopen fails in turn (up to past its last);
+        // an open that fails is opened again, healthy.
+        for m in 0..80 {
             let img = v.fork();
             img.fail_at(Some(m));
             let r = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&img));

@@ -221,11 +221,11 @@ fn a_mapped_table_reads_as_a_copied_one_over_pending_intents_and_rollbacks() {
             if got.is_ok() && image.read_file(&dir.join("intent.zr")).is_some() {
                 intents += 1;
             }
-            let rolled = image.read_file(&dir.join("durable.zr")).is_some()
-                && got.as_ref().is_ok_and(|g| g.0.len() == 7);
+            let rolled =
+                common::has_marker(&image, dir) && got.as_ref().is_ok_and(|g| g.0.len() == 7);
             rollbacks += usize::from(rolled);
-            let deferred_delete = image.read_file(&dir.join("durable.zr")).is_some()
-                && got.as_ref().is_ok_and(|g| g.0.len() == 8);
+            let deferred_delete =
+                common::has_marker(&image, dir) && got.as_ref().is_ok_and(|g| g.0.len() == 8);
             logged += usize::from(deferred_delete);
         }
     }

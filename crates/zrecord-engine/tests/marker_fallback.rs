@@ -23,7 +23,7 @@ fn tags(ks: &[u8]) -> Vec<Vec<u8>> {
 }
 
 fn marker(v: &SimVfs) -> bool {
-    v.read_file(&Path::new(DIR).join("durable.zr")).is_some()
+    common::has_marker(v, Path::new(DIR))
 }
 
 /// Same boot, a finished delete and an unfinished one in the log, and a

@@ -134,6 +134,19 @@ pub fn at_sync(codec: Codec) -> CreateOptions {
     }
 }
 
+/// Whether `durable.zr`'s bytes (`None`: no file) hold a marker or a
+/// pending appends record: a handle keeps the file between syncs with its
+/// first sector zeroed, and removes it at close.
+pub fn live_marker(bytes: Option<Vec<u8>>) -> bool {
+    bytes.is_some_and(|b| b.iter().take(8).any(|&x| x != 0))
+}
+
+/// Whether the simulated disk's page cache holds a live `durable.zr` in
+/// `dir` (see [`live_marker`]).
+pub fn has_marker(v: &zrecord_engine::sim::SimVfs, dir: &Path) -> bool {
+    live_marker(v.read_file(&dir.join("durable.zr")))
+}
+
 /// Record `k` of the deferred-durability tests: `30 + k` bytes of `k`.
 pub fn tagged(k: u8) -> Vec<u8> {
     vec![k; 30 + k as usize]
