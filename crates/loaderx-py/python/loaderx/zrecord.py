@@ -634,7 +634,7 @@ class _Base:
 
     def sync(self):
         """Make every append and delete so far durable: flush payloads and
-        record locations, then write and flush the header (and drop the
+        record locations, then write and flush the header (and end the
         ``durable.zr`` marker that held or protected deferred work). With
         only appends since the last sync this is the reference's three disk
         flushes."""
