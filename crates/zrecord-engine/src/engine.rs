@@ -1660,9 +1660,10 @@ impl Engine {
     /// Makes every committed record durable: fsyncs the chunks and loc
     /// segments written since their last fsync, then the directory if
     /// appends created files, then writes and fsyncs `meta.zr` (after
-    /// appends alone, the header `durable.zr` held), and removes the
-    /// `durable.zr` marker (after a deferred delete, durably). A failure
-    /// poisons the handle.
+    /// appends alone, the header `durable.zr` held), and ends the
+    /// `durable.zr` marker (after a deferred delete, durably: its first
+    /// sector zeroed and fsynced; the handle keeps the file until it
+    /// closes). A failure poisons the handle.
     ///
     /// In a forked child that inherited the handle it fsyncs nothing (the
     /// files are shared with the opener, who must see any write-back error
@@ -1952,8 +1953,9 @@ impl Engine {
     }
 
     /// A deferred append's commit while the handle is not armed: `header`
-    /// goes to `durable.zr` (created by the first such append since the
-    /// last durable point, whose header `base` is), not to `meta.zr`. No
+    /// goes to `durable.zr` (the file the handle keeps, or one the first
+    /// such append since the last durable point creates; `base` is that
+    /// point's header), not to `meta.zr`. No
     /// fsync: the record only matters to an open on this boot, which
     /// shares the page cache that holds the appends (the caller holds the
     /// append lock).
@@ -1961,22 +1963,11 @@ impl Engine {
         let mut g = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let p = self.dir.join(DURABLE_FILE);
         if g.is_none() {
-            let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let (file, entry_durable, salt) = match kept {
-                Some(k) => (k.file, k.entry_durable, k.salt),
-                None => (
-                    self.cfg
-                        .vfs
-                        .open(&p, OpenFlags::CreateTruncate)
-                        .map_err(|e| self.poison(Error::io(&p, "create", e)))?,
-                    false,
-                    None,
-                ),
-            };
+            let k = self.marker_file()?;
             *g = Some(PendingFile {
-                file,
+                file: k.file,
                 base: *base,
-                kept: Some((entry_durable, salt)),
+                kept: Some((k.entry_durable, k.salt)),
             });
         }
         let pf = g.as_ref().expect("set above");
@@ -2052,6 +2043,26 @@ impl Engine {
         r.and(gone)
     }
 
+    /// The file for a new marker or pending appends record: the one this
+    /// handle keeps, or `durable.zr` created (its entry not durable yet, no
+    /// marker's salt in it).
+    fn marker_file(&self) -> Result<KeptFile> {
+        if let Some(k) = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Ok(k);
+        }
+        let p = self.dir.join(DURABLE_FILE);
+        let file = self
+            .cfg
+            .vfs
+            .open(&p, OpenFlags::CreateTruncate)
+            .map_err(|e| self.poison(Error::io(&p, "create", e)))?;
+        Ok(KeptFile {
+            file,
+            entry_durable: false,
+            salt: None,
+        })
+    }
+
     /// Before the first deferred delete after a durable point: makes what
     /// `header` names durable, then records it and the boot id in
     /// `durable.zr`, unsynced: the first flush, before any write in place,
@@ -2060,20 +2071,14 @@ impl Engine {
     pub(crate) fn arm(&self, header: &Header) -> Result<()> {
         self.sync_files()?;
         let p = self.dir.join(DURABLE_FILE);
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let (f, new_file, last_salt) = match kept {
-            // Records of its earlier markers may follow the fixed part: a
-            // new salt fails their checksums.
-            Some(k) => (k.file, !k.entry_durable, k.salt),
-            None => (
-                self.cfg
-                    .vfs
-                    .open(&p, OpenFlags::CreateTruncate)
-                    .map_err(|e| self.poison(Error::io(&p, "create", e)))?,
-                true,
-                None,
-            ),
-        };
+        let KeptFile {
+            file: f,
+            entry_durable,
+            salt: last_salt,
+        } = self.marker_file()?;
+        let new_file = !entry_durable;
+        // Records of the file's earlier markers may follow the fixed part:
+        // a new salt fails their checksums.
         let salt = match last_salt {
             Some(s) => s.wrapping_add(1),
             None => crate::deferred::first_salt(self.boot.as_deref().unwrap_or_default(), header),

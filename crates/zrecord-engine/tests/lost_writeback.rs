@@ -25,9 +25,68 @@ fn holey(v: &SimVfs) -> Engine {
     e
 }
 
+/// For each I/O call of a compaction of [`holey`] in turn, up to the
+/// first call count it completes within: the call, the disk after the
+/// compaction failed there (its handle gone without a drop, as when
+/// killed right after), and the error.
+fn failed_compactions() -> Vec<(u64, SimVfs, zrecord_engine::Error)> {
+    let mut out = Vec::new();
+    for n in 0.. {
+        let v = SimVfs::new();
+        let mut e = holey(&v);
+        v.fail_at(Some(n));
+        let r = e.compact();
+        v.fail_at(None);
+        std::mem::forget(e);
+        let Err(err) = r else { break };
+        out.push((n, v, err));
+    }
+    out
+}
+
 fn is_sync_of(e: &zrecord_engine::Error, ext: &str) -> bool {
     matches!(e, zrecord_engine::Error::Io { path, op: "sync", .. }
         if path.extension().is_some_and(|x| x == ext))
+}
+
+/// On `v`, with `e` open on it after a failed call (same boot): a second
+/// compaction (which finds the records where the cache shows them, and
+/// cuts the chunks after them), appends `12..15` over the space it freed
+/// and a sync, recorded; then `seeds` power cuts at every point, each
+/// opening read-write to a store that verifies clean and holds `model`
+/// (before the appends) or `after`.
+fn compact_append_sync_then_cuts(
+    v: &SimVfs,
+    mut e: Engine,
+    model: &[Vec<u8>],
+    after: &[Vec<u8>],
+    seeds: u64,
+    what: &str,
+) {
+    v.record(true);
+    e.compact().unwrap();
+    append(&e, 12..15);
+    e.sync().unwrap();
+    v.record(false);
+    assert_eq!(read_all(&e).unwrap(), after, "{what}");
+    std::mem::forget(e);
+    for (s, snap) in v.take_snapshots().iter().enumerate() {
+        for seed in 0..seeds {
+            let img = snap.crash_image(seed);
+            let got = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&img))
+                .and_then(|e| {
+                    let rep = e.verify()?;
+                    assert!(rep.is_ok(), "{what}, point {s}, seed {seed}: {rep:?}");
+                    read_all(&e)
+                })
+                .unwrap_or_else(|e| panic!("{what}, point {s}, seed {seed}: {e}"));
+            assert!(
+                got == model || got == after,
+                "{what}, point {s}, seed {seed}: {} records",
+                got.len()
+            );
+        }
+    }
 }
 
 /// A compaction failing at each of its I/O calls in turn; a reopen on the
@@ -43,43 +102,13 @@ fn a_compaction_whose_loc_or_chunk_fsync_failed_cannot_break_a_later_power_cut()
     let mut after = model.clone();
     after.extend((12..15).map(tagged));
     let mut seen = [0usize; 2];
-    for n in 0..400 {
-        let v = SimVfs::new();
-        let mut e = holey(&v);
-        v.fail_at(Some(n));
-        let r = e.compact();
-        v.fail_at(None);
-        let Err(err) = r else { break };
+    for (n, v, err) in failed_compactions() {
         for (k, ext) in ["loc", "chunk"].iter().enumerate() {
             seen[k] += usize::from(is_sync_of(&err, ext));
         }
-        std::mem::forget(e);
-        let mut e = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&v)).unwrap();
+        let e = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&v)).unwrap();
         assert_eq!(read_all(&e).unwrap(), model, "call {n}: the reopen");
-        v.record(true);
-        e.compact().unwrap();
-        append(&e, 12..15);
-        e.sync().unwrap();
-        v.record(false);
-        assert_eq!(read_all(&e).unwrap(), after, "call {n}");
-        std::mem::forget(e);
-        for (s, snap) in v.take_snapshots().iter().enumerate() {
-            for seed in 0..4 {
-                let img = snap.crash_image(seed);
-                let got = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&img))
-                    .and_then(|e| {
-                        let rep = e.verify()?;
-                        assert!(rep.is_ok(), "call {n}, point {s}, seed {seed}: {rep:?}");
-                        read_all(&e)
-                    })
-                    .unwrap_or_else(|e| panic!("call {n}, point {s}, seed {seed}: {e}"));
-                assert!(
-                    got == model || got == after,
-                    "call {n}, point {s}, seed {seed}: {} records",
-                    got.len()
-                );
-            }
-        }
+        compact_append_sync_then_cuts(&v, e, &model, &after, 4, &format!("call {n}"));
     }
     assert!(
         seen[0] > 0 && seen[1] > 0,
@@ -98,16 +127,9 @@ fn the_record_is_used_by_one_read_write_open_of_its_boot() {
     let has = |v: &SimVfs| v.read_file(&name).is_some();
     // The first compaction call whose failure is a loc fsync's.
     let failed = || {
-        (0..400)
-            .find_map(|n| {
-                let v = SimVfs::new();
-                let mut e = holey(&v);
-                v.fail_at(Some(n));
-                let r = e.compact();
-                v.fail_at(None);
-                std::mem::forget(e);
-                r.is_err_and(|e| is_sync_of(&e, "loc")).then_some(v)
-            })
+        failed_compactions()
+            .into_iter()
+            .find_map(|(_, v, e)| is_sync_of(&e, "loc").then_some(v))
             .expect("a compaction with a failed loc fsync")
     };
     // fsyncs of a read-write open (and its handle's close).
@@ -151,54 +173,16 @@ fn the_record_is_used_by_one_read_write_open_of_its_boot() {
 /// and verifies clean.
 #[test]
 fn probe_failures_in_compactions_and_deletes_then_power_cuts() {
-    use common::Rng;
-    use common::workload::{Op, apply, random_op, run};
-    let mut found = 0;
-    for seed in 0..3000u64 {
-        let mut rng = Rng(seed);
-        let v = SimVfs::new();
-        let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), common::sim(&v)).unwrap();
-        let mut model = Vec::new();
-        let mut ops = Vec::new();
-        let n = 2 + rng.below(14);
-        for _ in 0..n {
-            let op = random_op(&mut rng, model.len(), 40);
-            let fail = (rng.below(3) == 0 && matches!(op, Op::Compact | Op::Delete(..)))
-                .then(|| rng.below(40));
-            v.fail_at(fail);
-            let r = run(&mut e, &op);
-            v.fail_at(None);
-            ops.push(
-                format!("{op:?} fail {fail:?} {:?}", r.as_ref().err())
-                    .chars()
-                    .take(200)
-                    .collect::<String>(),
-            );
-            if r.is_err() {
-                std::mem::forget(e);
-                e = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&v))
-                    .unwrap_or_else(|err| panic!("seed {seed}: {err}\n{ops:#?}"));
-                model = read_all(&e).unwrap();
-                ops.push("REOPEN".into());
-                continue;
-            }
-            apply(&mut model, &op);
-        }
-        let s = v.snapshot();
-        std::mem::forget(e);
-        for cs in 0..20 {
-            let img = s.crash_image(cs);
-            let ok = Engine::open_with(DIR, OpenMode::ReadOnly, common::sim(&img))
-                .and_then(|r| r.verify())
-                .map(|rep| rep.is_ok());
-            if !matches!(ok, Ok(true)) {
-                found += 1;
-                if found < 3 {
-                    eprintln!("seed {seed} cut {cs}: {ok:?}\n{ops:#?}");
-                }
-            }
-        }
-    }
+    use common::workload::Op;
+    let found = common::workload::short_workloads_then_power_cuts(
+        0..3000,
+        std::path::Path::new(DIR),
+        common::sim,
+        false,
+        |rng, op| {
+            (rng.below(3) == 0 && matches!(op, Op::Compact | Op::Delete(..))).then(|| rng.below(40))
+        },
+    );
     assert_eq!(found, 0);
 }
 
@@ -213,14 +197,7 @@ fn an_open_that_cannot_read_the_record_does_not_drop_it() {
     let mut after = model.clone();
     after.extend((12..15).map(tagged));
     let mut opened_past_a_failure = 0;
-    for n in 0..400 {
-        let v = SimVfs::new();
-        let mut e = holey(&v);
-        v.fail_at(Some(n));
-        let r = e.compact();
-        v.fail_at(None);
-        std::mem::forget(e);
-        let Err(err) = r else { break };
+    for (n, v, err) in failed_compactions() {
         if !is_sync_of(&err, "loc") && !is_sync_of(&err, "chunk") {
             continue;
         }
@@ -231,7 +208,7 @@ fn an_open_that_cannot_read_the_record_does_not_drop_it() {
             img.fail_at(Some(m));
             let r = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&img));
             img.fail_at(None);
-            let mut e = match r {
+            let e = match r {
                 Ok(e) => {
                     opened_past_a_failure += 1;
                     e
@@ -240,29 +217,7 @@ fn an_open_that_cannot_read_the_record_does_not_drop_it() {
                     .unwrap_or_else(|e| panic!("call {n}, open call {m}: {e}")),
             };
             assert_eq!(read_all(&e).unwrap(), model, "call {n}, open call {m}");
-            img.record(true);
-            e.compact().unwrap();
-            append(&e, 12..15);
-            e.sync().unwrap();
-            img.record(false);
-            std::mem::forget(e);
-            for (s, snap) in img.take_snapshots().iter().enumerate() {
-                for seed in 0..3 {
-                    let cut = snap.crash_image(seed);
-                    let got = Engine::open_with(DIR, OpenMode::ReadWrite, common::sim(&cut))
-                        .and_then(|e| {
-                            let rep = e.verify()?;
-                            assert!(rep.is_ok(), "call {n}/{m}, point {s}, seed {seed}: {rep:?}");
-                            read_all(&e)
-                        })
-                        .unwrap_or_else(|e| panic!("call {n}/{m}, point {s}, seed {seed}: {e}"));
-                    assert!(
-                        got == model || got == after,
-                        "call {n}/{m}, point {s}, seed {seed}: {} records",
-                        got.len()
-                    );
-                }
-            }
+            compact_append_sync_then_cuts(&img, e, &model, &after, 3, &format!("call {n}/{m}"));
         }
     }
     assert!(opened_past_a_failure > 0);

@@ -257,71 +257,14 @@ fn probe_random_chain() {
 /// ops, then power cuts: every image opens, and verifies clean.
 #[test]
 fn probe_short_workloads_then_power_cuts() {
-    use common::Rng;
-    use common::workload::{apply, random_op, run};
-    let mut found = 0;
-    for seed in 0..4000u64 {
-        let mut rng = Rng(seed);
-        let mut v = SimVfs::new();
-        let mut e = Engine::create_with(DIR, &at_sync(Codec::Raw), cfg(&v)).unwrap();
-        let mut model = Vec::new();
-        let mut ops = Vec::new();
-        let n = 2 + rng.below(14);
-        for _ in 0..n {
-            let op = random_op(&mut rng, model.len(), 40);
-            // As in `probe_random_chain`.
-            let fail = (rng.below(5) == 0).then(|| rng.below(25));
-            v.fail_at(fail);
-            let r = run(&mut e, &op);
-            v.fail_at(None);
-            ops.push(
-                format!("{op:?} fail {fail:?} {:?}", r.as_ref().err())
-                    .chars()
-                    .take(300)
-                    .collect::<String>(),
-            );
-            if r.is_err() {
-                std::mem::forget(e);
-                e = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&v))
-                    .unwrap_or_else(|err| panic!("seed {seed}: {err}\n{ops:#?}"));
-                model = read_all(&e).unwrap();
-                ops.push("REOPEN".into());
-                continue;
-            }
-            apply(&mut model, &op);
-            if rng.below(8) == 0 {
-                let c = v.snapshot().crash_image(rng.next());
-                std::mem::forget(e);
-                v = c;
-                e = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&v))
-                    .unwrap_or_else(|err| panic!("seed {seed}: {err}\n{ops:#?}"));
-                model = read_all(&e).unwrap();
-                ops.push("CUT".into());
-            }
-            if rng.below(6) == 0 {
-                let k = v.snapshot().kill_image();
-                std::mem::forget(e);
-                v = k;
-                e = Engine::open_with(DIR, OpenMode::ReadWrite, cfg(&v))
-                    .unwrap_or_else(|err| panic!("seed {seed}: {err}\n{ops:#?}"));
-                ops.push("KILL".into());
-            }
-        }
-        let s = v.snapshot();
-        std::mem::forget(e);
-        for cs in 0..20 {
-            let img = s.crash_image(cs);
-            let r = Engine::open_with(DIR, OpenMode::ReadOnly, cfg(&img))
-                .unwrap_or_else(|err| panic!("seed {seed} cut {cs}: {err}\n{ops:#?}"));
-            let rep = r.verify().unwrap();
-            if !rep.is_ok() {
-                found += 1;
-                if found < 3 {
-                    eprintln!("seed {seed} cut {cs}: {ops:#?}\n{rep:?}");
-                }
-            }
-        }
-    }
+    // Failures as in `probe_random_chain`.
+    let found = common::workload::short_workloads_then_power_cuts(
+        0..4000,
+        Path::new(DIR),
+        cfg,
+        true,
+        |rng, _| (rng.below(5) == 0).then(|| rng.below(25)),
+    );
     assert_eq!(found, 0);
 }
 

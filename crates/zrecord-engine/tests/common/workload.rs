@@ -163,3 +163,82 @@ pub fn read_all(e: &Engine) -> Result<Vec<Vec<u8>>> {
         .map(|w| dst[w[0]..w[1]].to_vec())
         .collect())
 }
+
+/// Short random workloads (2 to 15 ops) on a deferring raw store at `dir`,
+/// one per seed in `seeds`, on a simulated disk `cfg` configures: `fail`
+/// picks for each op the I/O call to fail, if any (a same-boot reopen
+/// follows each error); with `between`, power cuts and kills between ops
+/// too. Then 20 power cuts of the end state: returns how many images did
+/// not open read-only or verify clean (printing the first two, with the
+/// ops that led there).
+pub fn short_workloads_then_power_cuts(
+    seeds: std::ops::Range<u64>,
+    dir: &std::path::Path,
+    cfg: impl Fn(&zrecord_engine::sim::SimVfs) -> zrecord_engine::EngineConfig,
+    between: bool,
+    mut fail: impl FnMut(&mut Rng, &Op) -> Option<u64>,
+) -> usize {
+    use zrecord_engine::sim::SimVfs;
+    use zrecord_engine::{Codec, OpenMode};
+    let mut found = 0;
+    for seed in seeds {
+        let mut rng = Rng(seed);
+        let mut v = SimVfs::new();
+        let mut e = Engine::create_with(dir, &super::at_sync(Codec::Raw), cfg(&v)).unwrap();
+        let mut model = Vec::new();
+        let mut ops = Vec::new();
+        let reopen = |v: &SimVfs, ops: &Vec<String>| {
+            Engine::open_with(dir, OpenMode::ReadWrite, cfg(v))
+                .unwrap_or_else(|err| panic!("seed {seed}: {err}\n{ops:#?}"))
+        };
+        for _ in 0..2 + rng.below(14) {
+            let op = random_op(&mut rng, model.len(), 40);
+            let failed_call = fail(&mut rng, &op);
+            v.fail_at(failed_call);
+            let r = run(&mut e, &op);
+            v.fail_at(None);
+            ops.push(
+                format!("{op:?} fail {failed_call:?} {:?}", r.as_ref().err())
+                    .chars()
+                    .take(300)
+                    .collect::<String>(),
+            );
+            if r.is_err() {
+                std::mem::forget(e);
+                e = reopen(&v, &ops);
+                model = read_all(&e).unwrap();
+                ops.push("REOPEN".into());
+                continue;
+            }
+            apply(&mut model, &op);
+            if between && rng.below(8) == 0 {
+                std::mem::forget(e);
+                v = v.snapshot().crash_image(rng.next());
+                e = reopen(&v, &ops);
+                model = read_all(&e).unwrap();
+                ops.push("CUT".into());
+            }
+            if between && rng.below(6) == 0 {
+                std::mem::forget(e);
+                v = v.snapshot().kill_image();
+                e = reopen(&v, &ops);
+                ops.push("KILL".into());
+            }
+        }
+        let s = v.snapshot();
+        std::mem::forget(e);
+        for cs in 0..20 {
+            let img = s.crash_image(cs);
+            let ok = Engine::open_with(dir, OpenMode::ReadOnly, cfg(&img))
+                .and_then(|r| r.verify())
+                .map(|rep| rep.is_ok());
+            if !matches!(ok, Ok(true)) {
+                found += 1;
+                if found < 3 {
+                    eprintln!("seed {seed} cut {cs}: {ok:?}\n{ops:#?}");
+                }
+            }
+        }
+    }
+    found
+}
