@@ -89,7 +89,7 @@
 //! preceding bytes. Rewritten in place by each append.
 
 use crate::format::{Header, LOC_SIZE, Loc, META_SIZE};
-use crate::intent::fnv;
+use crate::intent::{fnv, fnv_parts};
 use crate::vfs::StorageFile;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -274,13 +274,10 @@ pub(crate) fn first_salt(boot: &[u8], header: &Header) -> u64 {
 
 /// FNV-1a 64 of the salt's bytes (if any), then `b`.
 fn salted_fnv(salt: Option<u64>, b: &[u8]) -> u64 {
-    let salt = salt.map(u64::to_le_bytes);
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for &x in salt.as_ref().map_or(&[][..], |s| &s[..]).iter().chain(b) {
-        h ^= u64::from(x);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+    match salt {
+        Some(s) => fnv_parts(&[&s.to_le_bytes(), b]),
+        None => fnv(b),
     }
-    h
 }
 
 const KIND_DELETE: u8 = 1;

@@ -66,8 +66,13 @@ fn frame(kind: u8, body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
 }
 
 pub(crate) fn fnv(b: &[u8]) -> u64 {
+    fnv_parts(&[b])
+}
+
+/// FNV-1a 64 of `parts` one after the other.
+pub(crate) fn fnv_parts(parts: &[&[u8]]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for &x in b {
+    for &x in parts.iter().flat_map(|p| p.iter()) {
         h ^= u64::from(x);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
