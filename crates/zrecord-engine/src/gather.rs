@@ -11,6 +11,7 @@ use crate::vfs::StorageFile as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLockReadGuard};
+use std::time::{Duration, Instant};
 use zstd::zstd_safe::DCtx;
 
 /// Bounce buffer size for positional reads into unaligned destinations.
@@ -33,9 +34,49 @@ fn record_cost(codec: Codec, loc: &Loc) -> usize {
 /// cores). A batch of a few hundred KiB of raw records stays here.
 const INLINE_COST: usize = 100_000;
 
-/// Parallel jobs per thread: a few, so a thread slowed by other load does
-/// not hold the whole gather back.
-const JOBS_PER_THREAD: usize = 4;
+/// Parallel jobs per thread: many and small (tens of microseconds each for
+/// a batch of compressed records), so the threads finish within one small
+/// job of each other. With 4 a job, the calling thread and its helper
+/// ended about 50 us apart on a 540 us batch of 256 ragged zstd records.
+const JOBS_PER_THREAD: usize = 16;
+
+/// How long the calling thread of a parallel gather, its own share done,
+/// polls for its running helpers to finish before blocking on the pool: a
+/// blocked thread took about 45 us to be woken, longer than a helper's last
+/// job usually has left. Helpers not yet started have no job left to do;
+/// the caller blocks for them at once.
+const FINISH_SPIN: Duration = Duration::from_micros(200);
+
+/// How long a pool thread stays awake (see [`linger`]) after a parallel
+/// gather, or after the last pool job it ran while lingering.
+const LINGER: Duration = Duration::from_micros(200);
+
+/// Set while a [`linger`] job is queued or running (at most one at a time).
+static LINGERING: AtomicBool = AtomicBool::new(false);
+
+/// Keeps one pool thread awake for [`LINGER`] after a parallel gather,
+/// running whatever pool work arrives meanwhile (`rayon::yield_now`), so
+/// the helper job of the next gather (a training loop's next batch) starts
+/// at once. A sleeping pool thread took 50 to 90 us to wake for it, a
+/// sixth of a 500 us batch with one helper. A busy pool loses nothing: the
+/// lingering thread runs its jobs too. An idle one spends at most `LINGER`
+/// of one core after the last gather, yielding to the OS between polls.
+fn linger() {
+    if LINGERING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    rayon::spawn(|| {
+        let mut until = Instant::now() + LINGER;
+        loop {
+            match rayon::yield_now() {
+                Some(rayon::Yield::Executed) => until = Instant::now() + LINGER,
+                Some(rayon::Yield::Idle) if Instant::now() < until => std::thread::yield_now(),
+                _ => break,
+            }
+        }
+        LINGERING.store(false, Ordering::Release);
+    });
+}
 
 /// Per-job scratch. The zstd context comes from the handle's pool on first
 /// use and goes back when the job ends.
@@ -349,6 +390,8 @@ impl Engine {
         let next = AtomicUsize::new(0);
         let failed: Mutex<Option<Error>> = Mutex::new(None);
         let stop = AtomicBool::new(false);
+        let helpers = threads.min(jobs.len()).saturating_sub(1);
+        let (started, finished) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let run = || {
             let mut w = self.worker();
             loop {
@@ -369,11 +412,26 @@ impl Engine {
             }
         };
         rayon::in_place_scope(|s| {
-            for _ in 1..threads.min(jobs.len()) {
-                s.spawn(|_| run());
+            for _ in 0..helpers {
+                s.spawn(|_| {
+                    started.fetch_add(1, Ordering::Relaxed);
+                    run();
+                    finished.fetch_add(1, Ordering::Release);
+                });
             }
             run();
+            // Every job is taken: poll (yielding the core to anything else
+            // runnable) while the helpers finish their last ones, then let
+            // the scope block for any still out.
+            let since = Instant::now();
+            while started.load(Ordering::Relaxed) == helpers
+                && finished.load(Ordering::Acquire) < helpers
+                && since.elapsed() < FINISH_SPIN
+            {
+                std::thread::yield_now();
+            }
         });
+        linger();
         match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
             Some(e) => Err(e),
             None => Ok(()),
@@ -603,6 +661,97 @@ mod tests {
             }
             assert!(e.codec.dctx_pool_len() <= rayon::current_num_threads());
         }
+    }
+
+    /// Gathers `picks` from `e` and checks every record against `data`.
+    fn gather_and_check(e: &Engine, picks: &[u64], data: &[u8], offsets: &[usize]) {
+        let (mut offs, mut buf) = (Vec::new(), Vec::new());
+        e.gather_packed(picks, &mut offs, |o| {
+            buf.resize(o[o.len() - 1], 0);
+            Ok::<_, Error>(&mut buf[..])
+        })
+        .unwrap();
+        for (k, &i) in picks.iter().enumerate() {
+            let i = i as usize;
+            assert_eq!(
+                &buf[offs[k]..offs[k + 1]],
+                &data[offsets[i]..offsets[i + 1]]
+            );
+        }
+    }
+
+    /// Parallel gathers whose helpers cannot start (every pool thread held
+    /// by other work) finish once the pool frees up, with the caller doing
+    /// every job; gathers made on pool threads of another pool, and from
+    /// many threads at once (the lingering thread running their helpers),
+    /// all return the records appended.
+    #[test]
+    fn parallel_gathers_survive_a_busy_pool_pool_callers_and_concurrency() {
+        use std::sync::{Condvar, Mutex as M};
+        let (data, offsets) = records(800, 3000);
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::create(dir.path().join("s"), &CreateOptions::new(Codec::Zstd)).unwrap();
+        e.append_var(&data, &offsets).unwrap();
+        let picks: Vec<u64> = (0..800u64).rev().step_by(3).collect();
+
+        // Every thread of the global pool blocked on a gate.
+        let threads = rayon::current_num_threads();
+        let gate = Arc::new((M::new(false), Condvar::new()));
+        let running = Arc::new(AtomicUsize::new(0));
+        for _ in 0..threads {
+            let (gate, running) = (gate.clone(), running.clone());
+            rayon::spawn(move || {
+                running.fetch_add(1, Ordering::SeqCst);
+                let (open, cv) = &*gate;
+                let mut g = open.lock().unwrap();
+                while !*g {
+                    g = cv.wait(g).unwrap();
+                }
+            });
+        }
+        while running.load(Ordering::SeqCst) < threads {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::scope(|s| {
+            let t = s.spawn(|| gather_and_check(&e, &picks, &data, &offsets));
+            std::thread::sleep(Duration::from_millis(30));
+            let (open, cv) = &*gate;
+            *open.lock().unwrap() = true;
+            cv.notify_all();
+            t.join().unwrap();
+        });
+
+        // Callers on the threads of another pool (helpers and the lingering
+        // job go to that pool).
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            rayon::scope(|s| {
+                for _ in 0..6 {
+                    s.spawn(|_| {
+                        for _ in 0..5 {
+                            gather_and_check(&e, &picks, &data, &offsets);
+                        }
+                    });
+                }
+            })
+        });
+
+        // Callers outside any pool, at once, with pool work in between.
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (e, picks, data, offsets) = (&e, &picks, &data, &offsets);
+                s.spawn(move || {
+                    for r in 0..10u64 {
+                        gather_and_check(e, picks, data, offsets);
+                        let (a, b) = rayon::join(|| t + r, || t * r);
+                        assert_eq!((a, b), (t + r, t * r));
+                    }
+                });
+            }
+        });
     }
 
     /// A destination shorter than the records is refused before any read,
