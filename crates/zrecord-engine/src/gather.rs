@@ -51,6 +51,14 @@ const FINISH_SPIN: Duration = Duration::from_micros(200);
 /// gather, or after the last pool job it ran while lingering.
 const LINGER: Duration = Duration::from_micros(200);
 
+/// The longest one [`linger`] job runs. A pool thread may pick the job up
+/// while it waits itself (in a join, a scope, `rayon::yield_now`) and then
+/// cannot return to its own work until the job ends: with the pool never
+/// out of work, a linger bounded only by [`LINGER`] without work held such a
+/// thread for as long as the pool stayed busy. A job still running work at
+/// this age leaves a successor on the pool and ends.
+const LINGER_TURN: Duration = Duration::from_micros(1000);
+
 /// Set while a [`linger`] job is queued or running (at most one at a time).
 static LINGERING: AtomicBool = AtomicBool::new(false);
 
@@ -60,22 +68,37 @@ static LINGERING: AtomicBool = AtomicBool::new(false);
 /// at once. A sleeping pool thread took 50 to 90 us to wake for it, a
 /// sixth of a 500 us batch with one helper. A busy pool loses nothing: the
 /// lingering thread runs its jobs too. An idle one spends at most `LINGER`
-/// of one core after the last gather, yielding to the OS between polls.
+/// of one core after the last gather, yielding to the OS between polls. A
+/// thread that runs the job holds it at most [`LINGER_TURN`] (and the pool
+/// job it ran last).
 fn linger() {
     if LINGERING.swap(true, Ordering::AcqRel) {
         return;
     }
-    rayon::spawn(|| {
-        let mut until = Instant::now() + LINGER;
-        loop {
-            match rayon::yield_now() {
-                Some(rayon::Yield::Executed) => until = Instant::now() + LINGER,
-                Some(rayon::Yield::Idle) if Instant::now() < until => std::thread::yield_now(),
-                _ => break,
+    rayon::spawn(linger_turn);
+}
+
+/// One [`linger`] job: ends after `LINGER` without pool work, clearing
+/// `LINGERING`, or after `LINGER_TURN`, handing on to a successor.
+fn linger_turn() {
+    let start = Instant::now();
+    let mut until = start + LINGER;
+    loop {
+        match rayon::yield_now() {
+            Some(rayon::Yield::Executed) => {
+                let now = Instant::now();
+                if now - start >= LINGER_TURN {
+                    // `LINGERING` stays set for the successor.
+                    rayon::spawn(linger_turn);
+                    return;
+                }
+                until = now + LINGER;
             }
+            Some(rayon::Yield::Idle) if Instant::now() < until => std::thread::yield_now(),
+            _ => break,
         }
-        LINGERING.store(false, Ordering::Release);
-    });
+    }
+    LINGERING.store(false, Ordering::Release);
 }
 
 /// Per-job scratch. The zstd context comes from the handle's pool on first

@@ -1,0 +1,85 @@
+//! The job a parallel gather leaves on the pool to keep one thread awake
+//! for the next gather ("linger") runs whatever pool work arrives while it
+//! waits. A rayon thread that picks it up while itself waiting (in
+//! `rayon::yield_now`, as loaderx's consumer on a pool thread does, or in a
+//! join or scope) runs it on top of that wait, and cannot return to its own
+//! work until the linger ends. The linger must therefore end within a
+//! bounded time even when the pool never runs out of work; it used to go on
+//! for as long as a job arrived every 200 us. Found by an adversarial
+//! review; failed before the bound (held for the whole second below).
+//!
+//! Its own test binary: the linger is one per process, and another test's
+//! gathers could hold it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use zrecord_engine::{Codec, CreateOptions, Engine};
+
+/// A pool job that, until `stop`, leaves its successor on the pool: a pool
+/// that always has work.
+fn chain(stop: Arc<AtomicBool>) {
+    if !stop.load(Ordering::SeqCst) {
+        rayon::spawn(move || chain(stop));
+    }
+}
+
+#[test]
+fn a_pool_thread_running_the_linger_gets_back_to_its_own_work_while_the_pool_stays_busy() {
+    const W: usize = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::create(dir.path().join("s"), &CreateOptions::new(Codec::Zstd)).unwrap();
+    let data: Vec<u8> = (0..64 * W).map(|i| (i * 7 / 5) as u8).collect();
+    e.append_fixed(&data, W).unwrap();
+    let picks: Vec<u64> = (0..64).collect();
+
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    // One of the two threads blocked until the end, so neither the gather's
+    // helper nor the linger is stolen: both stay on the other thread's deque.
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let blocked = Arc::new(AtomicUsize::new(0));
+    {
+        let (gate, blocked) = (gate.clone(), blocked.clone());
+        pool.spawn(move || {
+            blocked.fetch_add(1, Ordering::SeqCst);
+            let (open, cv) = &*gate;
+            let mut g = open.lock().unwrap();
+            while !*g {
+                g = cv.wait(g).unwrap();
+            }
+        });
+    }
+    while blocked.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let timer = {
+        let (stop, gate) = (stop.clone(), gate.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(1));
+            stop.store(true, Ordering::SeqCst);
+            let (open, cv) = &*gate;
+            *open.lock().unwrap() = true;
+            cv.notify_all();
+        })
+    };
+    let held = pool.install(|| {
+        let stop = stop.clone();
+        rayon::spawn(move || chain(stop));
+        let mut out = vec![0u8; 64 * W];
+        e.gather_fixed(&picks, W, &mut out).unwrap();
+        assert_eq!(out, data);
+        // The linger is on top of this thread's deque: waiting once runs it.
+        let t = Instant::now();
+        rayon::yield_now();
+        t.elapsed()
+    });
+    timer.join().unwrap();
+    assert!(
+        held < Duration::from_millis(300),
+        "a pool thread was held {held:?} by the linger job"
+    );
+}
