@@ -66,13 +66,17 @@ static LINGERING: AtomicBool = AtomicBool::new(false);
 /// running whatever pool work arrives meanwhile (`rayon::yield_now`), so
 /// the helper job of the next gather (a training loop's next batch) starts
 /// at once. A sleeping pool thread took 50 to 90 us to wake for it, a
-/// sixth of a 500 us batch with one helper. A busy pool loses nothing: the
-/// lingering thread runs its jobs too. An idle one spends at most `LINGER`
-/// of one core after the last gather, yielding to the OS between polls. A
-/// thread that runs the job holds it at most [`LINGER_TURN`] (and the pool
-/// job it ran last).
+/// sixth of a 500 us batch with one helper. A busy pool loses no work: the
+/// lingering thread runs its jobs too; a thread that took the job up inside
+/// a wait of its own (a join, loaderx's consumer on a pool thread) is back
+/// to it within [`LINGER_TURN`] (and the pool job it ran last). An idle
+/// pool spends at most `LINGER` of one core after the last gather, yielding
+/// to the OS between polls. Gathers made on a pool thread leave no linger.
 fn linger() {
-    if LINGERING.swap(true, Ordering::AcqRel) {
+    // A caller on a pool thread is part of that pool's own parallel work,
+    // which keeps its threads busy; and the job would land on the caller's
+    // own deque, to be run by its next wait.
+    if rayon::current_thread_index().is_some() || LINGERING.swap(true, Ordering::AcqRel) {
         return;
     }
     rayon::spawn(linger_turn);

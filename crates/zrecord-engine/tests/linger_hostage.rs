@@ -6,7 +6,10 @@
 //! work until the linger ends. The linger must therefore end within a
 //! bounded time even when the pool never runs out of work; it used to go on
 //! for as long as a job arrived every 200 us. Found by an adversarial
-//! review; failed before the bound (held for the whole second below).
+//! review. Both tests failed before the fix: a waiting pool thread held
+//! 455 ms of the one second that gathers ran, and a pool thread that
+//! gathered itself held the whole second (its gather no longer leaves a
+//! linger; the other case is what the 1 ms bound on a linger turn is for).
 //!
 //! Its own test binary: the linger is one per process, and another test's
 //! gathers could hold it.
@@ -22,6 +25,71 @@ fn chain(stop: Arc<AtomicBool>) {
     if !stop.load(Ordering::SeqCst) {
         rayon::spawn(move || chain(stop));
     }
+}
+
+/// Gathers made outside the pool (a loader's producer thread) while the
+/// one free thread of the global pool waits in `rayon::yield_now` (a
+/// loaderx consumer on a pool thread): that wait runs the gathers' helper
+/// jobs and, between them, the linger job, which keeps finding a helper job
+/// within 200 us as long as the gathers go on. Every wait must still end
+/// within about a turn of the linger, not when the gathers stop.
+#[test]
+fn a_waiting_pool_thread_is_not_held_while_another_thread_keeps_gathering() {
+    const W: usize = 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::create(dir.path().join("s"), &CreateOptions::new(Codec::Zstd)).unwrap();
+    let data: Vec<u8> = (0..128 * W).map(|i| (i * 7 / 5) as u8).collect();
+    e.append_fixed(&data, W).unwrap();
+    let picks: Vec<u64> = (0..128).collect();
+
+    // All but one thread of the global pool blocked until the end.
+    let threads = rayon::current_num_threads();
+    assert!(threads >= 2, "a parallel gather needs two pool threads");
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let blocked = Arc::new(AtomicUsize::new(0));
+    for _ in 1..threads {
+        let (gate, blocked) = (gate.clone(), blocked.clone());
+        rayon::spawn(move || {
+            blocked.fetch_add(1, Ordering::SeqCst);
+            let (open, cv) = &*gate;
+            let mut g = open.lock().unwrap();
+            while !*g {
+                g = cv.wait(g).unwrap();
+            }
+        });
+    }
+    while blocked.load(Ordering::SeqCst) < threads - 1 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let stop = stop.clone();
+        rayon::spawn(move || {
+            let mut longest = Duration::ZERO;
+            while !stop.load(Ordering::SeqCst) {
+                let t = Instant::now();
+                rayon::yield_now();
+                longest = longest.max(t.elapsed());
+            }
+            tx.send(longest).unwrap();
+        });
+    }
+    let t = Instant::now();
+    let mut out = vec![0u8; 128 * W];
+    while t.elapsed() < Duration::from_secs(1) {
+        e.gather_fixed(&picks, W, &mut out).unwrap();
+        assert_eq!(out, data);
+    }
+    stop.store(true, Ordering::SeqCst);
+    let longest = rx.recv().unwrap();
+    let (open, cv) = &*gate;
+    *open.lock().unwrap() = true;
+    cv.notify_all();
+    assert!(
+        longest < Duration::from_millis(300),
+        "a waiting pool thread was held {longest:?} by the linger job"
+    );
 }
 
 #[test]
