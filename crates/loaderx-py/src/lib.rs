@@ -830,11 +830,12 @@ fn check_ragged_record(
 }
 
 /// The records of `batch` as a list of `dtype` arrays, each a view (with
-/// its stored shape, C order, writeable) into one packed `uint8` copy of
-/// the payloads that is every view's base object.
+/// its stored shape, C order, writeable) into the batch's own buffer,
+/// handed to NumPy without a copy: a `uint64` array owning it is every
+/// view's base object.
 fn ragged_views<'py>(
     py: Python<'py>,
-    batch: &RaggedBatch,
+    batch: RaggedBatch,
     dtype: &Bound<'py, PyArrayDescr>,
     idxs: &[u64],
     path: &std::path::Path,
@@ -842,42 +843,50 @@ fn ragged_views<'py>(
     use numpy::npyffi::{self, PY_ARRAY_API};
     plain_bytes_dtype(dtype)?;
     let itemsize = dtype.itemsize();
-    let data = batch.data();
-    // SAFETY: every byte is written by the copy just below, through raw
-    // pointers, before any reference to them is made or the array is
-    // returned.
-    let packed = unsafe { new_array(py, <u8 as numpy::Element>::get_dtype(py), &[data.len()]) }?
-        .cast_into::<PyArray1<u8>>()?;
-    let base = packed.data();
-    // SAFETY: `packed` was just made, uniquely ours, holding exactly
-    // `data.len()` bytes at `base`; `data` is a distinct Rust allocation.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, data.len()) };
-    // SAFETY: NumPy's C API is loaded (`PY_ARRAY_API` imports it on first
-    // use, as `packed` above just did); this reads its ndarray type object.
-    let subtype = unsafe { npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type) };
     let n = batch.len();
-    let mut out = Vec::with_capacity(n);
-    let mut dims = [0 as npyffi::npy_intp; MAX_DIMS];
+    let mut starts = Vec::with_capacity(n);
     for (k, &index) in idxs.iter().enumerate().take(n) {
-        let (a, _) = check_ragged_record(py, batch, k, itemsize, index, path)?;
-        let shape = batch.shape(k);
-        for (slot, &d) in dims.iter_mut().zip(shape) {
+        starts.push(check_ragged_record(py, &batch, k, itemsize, index, path)?.0);
+    }
+    let (dims, dim_offsets) = (batch.dims().to_vec(), batch.dim_offsets().to_vec());
+    let (words, range) = batch.into_data();
+    let nbytes = std::mem::size_of_val(&words[..]);
+    if range.start > range.end || range.end > nbytes {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "ragged batch payloads {range:?} lie outside its {nbytes}-byte buffer"
+        )));
+    }
+    // NumPy owns the words from here (a `Vec` moved into a container object
+    // keeps its heap buffer where it was).
+    let owner = numpy::PyArray1::<u64>::from_vec(py, words);
+    // SAFETY: `range.start <= nbytes` (checked above), so the offset stays
+    // within (or one past) the owner's buffer of `nbytes` bytes.
+    let base = unsafe { owner.data().cast::<u8>().add(range.start) };
+    // SAFETY: NumPy's C API is loaded (`PY_ARRAY_API` imports it on first
+    // use, as making `owner` above did); this reads its ndarray type object.
+    let subtype = unsafe { npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type) };
+    let mut out = Vec::with_capacity(n);
+    let mut nd = [0 as npyffi::npy_intp; MAX_DIMS];
+    for (k, &a) in starts.iter().enumerate() {
+        let shape = &dims[dim_offsets[k]..dim_offsets[k + 1]];
+        for (slot, &d) in nd.iter_mut().zip(shape) {
             *slot = d as npyffi::npy_intp;
         }
-        // SAFETY: `base + a .. base + b` lies inside `packed` (checked
-        // above: `a <= b <= data().len()`, `packed` holds exactly `data()`),
-        // and that range holds exactly product(shape) * itemsize bytes, so
-        // a C-order array of `dtype` with these dims covers it and no more.
-        // NewFromDescr steals the descr reference we hand it
-        // (`into_dtype_ptr` of a clone); it returns NULL with an error set
-        // on failure.
+        // SAFETY: record k's payload is `data()[a..b]` of the batch, which
+        // is `base + a .. base + b` in the owner's buffer (`data()` is
+        // `range` of the words, `a <= b <= data().len()`, checked by
+        // `check_ragged_record`), and it holds exactly product(shape) *
+        // itemsize bytes (checked there too), so a C-order array of `dtype`
+        // with these dims covers it and no more. NewFromDescr steals the
+        // descr reference we hand it (`into_dtype_ptr` of a clone); it
+        // returns NULL with an error set on failure.
         let arr = unsafe {
             let p = PY_ARRAY_API.PyArray_NewFromDescr(
                 py,
                 subtype,
                 dtype.clone().into_dtype_ptr(),
                 shape.len() as std::os::raw::c_int,
-                dims.as_mut_ptr(),
+                nd.as_mut_ptr(),
                 std::ptr::null_mut(),
                 base.add(a).cast(),
                 npyffi::NPY_ARRAY_WRITEABLE,
@@ -887,13 +896,13 @@ fn ragged_views<'py>(
         };
         // SAFETY: `arr` is a fresh ndarray without a base; SetBaseObject
         // steals the reference made by `clone().into_ptr()` (also on
-        // failure), which keeps `packed`, and so the viewed bytes, alive as
+        // failure), which keeps `owner`, and so the viewed bytes, alive as
         // long as the view.
         let rc = unsafe {
             PY_ARRAY_API.PyArray_SetBaseObject(
                 py,
                 arr.as_ptr().cast(),
-                packed.clone().into_any().into_ptr(),
+                owner.clone().into_any().into_ptr(),
             )
         };
         if rc != 0 {
@@ -1032,8 +1041,9 @@ impl PyRaggedCore {
 
     /// Gathers the records at `idxs` (GIL released for the gather) and
     /// returns them as a list of `dtype` arrays with their stored shapes:
-    /// views into one packed `uint8` array (their common base), made here
-    /// rather than by slicing in Python (a third of the per-record cost).
+    /// views into the gathered batch's buffer, which a `uint64` array owns
+    /// (their common base; no copy), made here rather than by slicing in
+    /// Python (a third of the per-record cost).
     fn gather<'py>(
         &self,
         py: Python<'py>,
@@ -1042,7 +1052,7 @@ impl PyRaggedCore {
     ) -> PyResult<Bound<'py, PyList>> {
         let idxs = owned_indices(&idxs)?;
         let (batch, path) = self.gather_batch(py, &idxs)?;
-        ragged_views(py, &batch, &dtype, &idxs, &path)
+        ragged_views(py, batch, &dtype, &idxs, &path)
     }
 
     /// Gathers the records at `idxs` (GIL released) packed:

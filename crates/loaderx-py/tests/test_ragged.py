@@ -170,6 +170,30 @@ def test_gathered_records_outlive_the_batch_and_store():
 
 @ours_only
 @pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_a_gathered_list_views_one_buffer_without_a_copy(codec):
+    # The records of one gather are views into the buffer the native gather
+    # filled, handed to NumPy as is: one base for all, the first payload
+    # 64-byte aligned (where the gather put it), each view where the packed
+    # layout says, and distinct gathers in distinct buffers.
+    rng = np.random.default_rng(9)
+    recs = records(rng, 30, np.int32)
+    with RaggedStore("r", np.int32, codec=codec) as rs:
+        rs.append(recs)
+        got = rs[[4, 0, 29, 4]]
+        other = rs[[4]]
+    bases = {id(g.base) for g in got}
+    assert len(bases) == 1 and got[0].base is not None
+    addr = [g.__array_interface__["data"][0] for g in got]
+    assert addr[0] % 64 == 0
+    for k in range(1, len(got)):
+        assert addr[k] == addr[k - 1] + got[k - 1].nbytes
+    for g, i in zip(got, [4, 0, 29, 4]):
+        np.testing.assert_array_equal(g, recs[i])
+    assert other[0].base is not got[0].base
+
+
+@ours_only
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
 def test_gather_packed_concatenates_records_with_offsets_and_shapes(codec):
     rng = np.random.default_rng(5)
     recs = [rng.integers(-9, 9, rng.integers(1, 40), dtype=np.int32) for _ in range(50)]

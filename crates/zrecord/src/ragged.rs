@@ -647,6 +647,31 @@ impl RaggedBatch {
         &self.dim_offsets
     }
 
+    /// Gives up the buffer the payloads live in, without copying them: its
+    /// words and the byte range of [`data`](Self::data) within them (which
+    /// starts 64-aligned in memory; moving the `Vec` does not move its
+    /// heap buffer). For handing a batch's payloads to an owner that
+    /// outlives the batch, such as a NumPy array, where a copy would cost
+    /// as much as gathering raw records.
+    ///
+    /// ```
+    /// # use zrecord::{Codec, CreateOptions, RaggedBatch, RaggedStore};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = RaggedStore::<i32>::create(dir.path().join("s"), &CreateOptions::new(Codec::Zstd))?;
+    /// let rec = ndarray::arr1(&[1, 2, 3]);
+    /// store.append([rec.view()])?;
+    /// let mut batch = RaggedBatch::new();
+    /// store.core().gather_into(&[0], &mut batch)?;
+    /// let (words, range) = batch.into_data();
+    /// let bytes: &[u8] = bytemuck::cast_slice(&words);
+    /// assert_eq!(&bytes[range], bytemuck::cast_slice::<i32, u8>(&[1, 2, 3]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn into_data(self) -> (Vec<u64>, std::ops::Range<usize>) {
+        let range = self.payload_start..self.payload_start + self.data_len;
+        (self.buf, range)
+    }
+
     /// Record `k` as a typed view, without copying. Errors if `T` is not the
     /// batch's dtype or `k >= len()`.
     pub fn view<T: Element>(&self, k: usize) -> Result<ArrayViewD<'_, T>> {
