@@ -829,10 +829,82 @@ fn check_ragged_record(
     }
 }
 
+/// Hands `batch`'s buffer to NumPy without copying it: a `uint64` array
+/// that owns the words (a `Vec` moved into a container object keeps its
+/// heap buffer where it was), and a pointer to the batch's first payload
+/// byte inside them.
+fn payload_owner(
+    py: Python<'_>,
+    batch: RaggedBatch,
+) -> PyResult<(Bound<'_, PyArray1<u64>>, *mut u8)> {
+    let (words, range) = batch.into_data();
+    let nbytes = std::mem::size_of_val(&words[..]);
+    if range.start > range.end || range.end > nbytes {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "ragged batch payloads {range:?} lie outside its {nbytes}-byte buffer"
+        )));
+    }
+    let owner = PyArray1::<u64>::from_vec(py, words);
+    // SAFETY: `range.start <= nbytes` (checked above), so the offset stays
+    // within (or one past the end of) the owner's buffer of `nbytes` bytes.
+    let base = unsafe { owner.data().cast::<u8>().add(range.start) };
+    Ok((owner, base))
+}
+
+/// A writeable C-order `dtype` array of shape `dims` over the bytes at
+/// `data`, with `owner` as its base object (which keeps them alive).
+///
+/// # Safety
+///
+/// `data` must point into `owner`'s buffer with at least product(`dims`) *
+/// `dtype.itemsize()` bytes of it from there on.
+unsafe fn owned_view<'py>(
+    py: Python<'py>,
+    dtype: &Bound<'py, PyArrayDescr>,
+    dims: &mut [numpy::npyffi::npy_intp],
+    data: *mut u8,
+    owner: &Bound<'py, PyArray1<u64>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use numpy::npyffi::{self, PY_ARRAY_API};
+    // SAFETY: NumPy's C API is loaded (making `owner` imported it); this
+    // reads its ndarray type object. NewFromDescr steals the descr
+    // reference we hand it (`into_dtype_ptr` of a clone) and returns NULL
+    // with an error set on failure; the bytes it views are the caller's
+    // promise.
+    let arr = unsafe {
+        let subtype = npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type);
+        let p = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            subtype,
+            dtype.clone().into_dtype_ptr(),
+            dims.len() as std::os::raw::c_int,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            data.cast(),
+            npyffi::NPY_ARRAY_WRITEABLE,
+            std::ptr::null_mut(),
+        );
+        Bound::from_owned_ptr_or_err(py, p)?
+    };
+    // SAFETY: `arr` is a fresh ndarray without a base; SetBaseObject steals
+    // the reference made by `clone().into_ptr()` (also on failure), which
+    // keeps `owner`, and so the viewed bytes, alive as long as the view.
+    let rc = unsafe {
+        PY_ARRAY_API.PyArray_SetBaseObject(
+            py,
+            arr.as_ptr().cast(),
+            owner.clone().into_any().into_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    Ok(arr)
+}
+
 /// The records of `batch` as a list of `dtype` arrays, each a view (with
 /// its stored shape, C order, writeable) into the batch's own buffer,
-/// handed to NumPy without a copy: a `uint64` array owning it is every
-/// view's base object.
+/// handed to NumPy without a copy ([`payload_owner`]: every view's base).
 fn ragged_views<'py>(
     py: Python<'py>,
     batch: RaggedBatch,
@@ -840,7 +912,6 @@ fn ragged_views<'py>(
     idxs: &[u64],
     path: &std::path::Path,
 ) -> PyResult<Bound<'py, PyList>> {
-    use numpy::npyffi::{self, PY_ARRAY_API};
     plain_bytes_dtype(dtype)?;
     let itemsize = dtype.itemsize();
     let n = batch.len();
@@ -849,66 +920,20 @@ fn ragged_views<'py>(
         starts.push(check_ragged_record(py, &batch, k, itemsize, index, path)?.0);
     }
     let (dims, dim_offsets) = (batch.dims().to_vec(), batch.dim_offsets().to_vec());
-    let (words, range) = batch.into_data();
-    let nbytes = std::mem::size_of_val(&words[..]);
-    if range.start > range.end || range.end > nbytes {
-        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-            "ragged batch payloads {range:?} lie outside its {nbytes}-byte buffer"
-        )));
-    }
-    // NumPy owns the words from here (a `Vec` moved into a container object
-    // keeps its heap buffer where it was).
-    let owner = numpy::PyArray1::<u64>::from_vec(py, words);
-    // SAFETY: `range.start <= nbytes` (checked above), so the offset stays
-    // within (or one past) the owner's buffer of `nbytes` bytes.
-    let base = unsafe { owner.data().cast::<u8>().add(range.start) };
-    // SAFETY: NumPy's C API is loaded (`PY_ARRAY_API` imports it on first
-    // use, as making `owner` above did); this reads its ndarray type object.
-    let subtype = unsafe { npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type) };
+    let (owner, base) = payload_owner(py, batch)?;
     let mut out = Vec::with_capacity(n);
-    let mut nd = [0 as npyffi::npy_intp; MAX_DIMS];
+    let mut nd = [0 as numpy::npyffi::npy_intp; MAX_DIMS];
     for (k, &a) in starts.iter().enumerate() {
         let shape = &dims[dim_offsets[k]..dim_offsets[k + 1]];
         for (slot, &d) in nd.iter_mut().zip(shape) {
-            *slot = d as npyffi::npy_intp;
+            *slot = d as numpy::npyffi::npy_intp;
         }
-        // SAFETY: record k's payload is `data()[a..b]` of the batch, which
-        // is `base + a .. base + b` in the owner's buffer (`data()` is
-        // `range` of the words, `a <= b <= data().len()`, checked by
-        // `check_ragged_record`), and it holds exactly product(shape) *
-        // itemsize bytes (checked there too), so a C-order array of `dtype`
-        // with these dims covers it and no more. NewFromDescr steals the
-        // descr reference we hand it (`into_dtype_ptr` of a clone); it
-        // returns NULL with an error set on failure.
-        let arr = unsafe {
-            let p = PY_ARRAY_API.PyArray_NewFromDescr(
-                py,
-                subtype,
-                dtype.clone().into_dtype_ptr(),
-                shape.len() as std::os::raw::c_int,
-                nd.as_mut_ptr(),
-                std::ptr::null_mut(),
-                base.add(a).cast(),
-                npyffi::NPY_ARRAY_WRITEABLE,
-                std::ptr::null_mut(),
-            );
-            Bound::from_owned_ptr_or_err(py, p)?
-        };
-        // SAFETY: `arr` is a fresh ndarray without a base; SetBaseObject
-        // steals the reference made by `clone().into_ptr()` (also on
-        // failure), which keeps `owner`, and so the viewed bytes, alive as
-        // long as the view.
-        let rc = unsafe {
-            PY_ARRAY_API.PyArray_SetBaseObject(
-                py,
-                arr.as_ptr().cast(),
-                owner.clone().into_any().into_ptr(),
-            )
-        };
-        if rc != 0 {
-            return Err(PyErr::fetch(py));
-        }
-        out.push(arr);
+        // SAFETY: record k's payload is the batch's `data()[a..b]`, which
+        // is `base + a .. base + b` in the owner's buffer (`base` is where
+        // `data()` starts; `a <= b <= data().len()`), and it holds exactly
+        // product(shape) * itemsize bytes: both checked by
+        // `check_ragged_record`, which also bounds the rank by `MAX_DIMS`.
+        out.push(unsafe { owned_view(py, dtype, &mut nd[..shape.len()], base.add(a), &owner) }?);
     }
     PyList::new(py, out)
 }
@@ -1057,8 +1082,9 @@ impl PyRaggedCore {
 
     /// Gathers the records at `idxs` (GIL released) packed:
     /// `(values, offsets, shapes)`, every record's elements concatenated in
-    /// one new 1-D `dtype` array, `len + 1` int64 element offsets, and each
-    /// record's shape as a tuple.
+    /// one 1-D `dtype` array (a view of the gathered batch's buffer, which
+    /// a `uint64` array owns: no copy), `len + 1` int64 element offsets,
+    /// and each record's shape as a tuple.
     #[allow(clippy::type_complexity)]
     fn gather_packed<'py>(
         &self,
@@ -1104,26 +1130,16 @@ impl PyRaggedCore {
                 Ok(shapes)
             })
         }?;
-        let data = batch.data();
         let len = if n == 0 { 0 } else { batch.offsets()[n] };
-        // SAFETY: all its `len` bytes are written by the copy below, through
-        // raw pointers, before it is returned; on error it is dropped unseen.
-        let values = unsafe { new_array(py, dtype, &[len.checked_div(itemsize).unwrap_or(0)]) }?;
-        if len > 0 {
-            // SAFETY: `values` was just made here, C-contiguous, holding
-            // `len / itemsize` items of `itemsize` bytes, which is `len`
-            // bytes (every record's length is a multiple of `itemsize`,
-            // checked above, and they sum to `len`: a batch's offsets start
-            // at 0 and record k spans `offsets[k]..offsets[k + 1]`); no
-            // other reference to it exists yet. `data` holds at least `len`
-            // bytes (each record end `b <= data.len()`, checked above).
-            unsafe {
-                let dst = (*numpy::npyffi::_PyArray_GET_ITEM_DATA(values.as_array_ptr()))
-                    .data
-                    .cast::<u8>();
-                std::ptr::copy_nonoverlapping(data.as_ptr(), dst, len);
-            }
-        }
+        let (owner, base) = payload_owner(py, batch)?;
+        let mut nd = [len.checked_div(itemsize).unwrap_or(0) as numpy::npyffi::npy_intp];
+        // SAFETY: the records are the batch's `data()[..len]`, from `base`
+        // on in the owner's buffer (record k spans `offsets[k]..offsets[k +
+        // 1]` from 0, each end `b <= data().len()`, checked above), and
+        // `len` is `len / itemsize` items of `itemsize` bytes: every
+        // record's length is a multiple of `itemsize` (checked above).
+        let values = unsafe { owned_view(py, &dtype, &mut nd, base, &owner) }?
+            .cast_into::<numpy::PyUntypedArray>()?;
         Ok((values, offsets, PyList::new(py, shapes)?))
     }
 

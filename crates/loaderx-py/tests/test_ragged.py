@@ -307,8 +307,8 @@ def test_very_many_tiny_records():
     np.dtype([("a", "u1"), ("b", "<i4")], align=True),
 ])
 def test_gather_and_gather_packed_read_every_record_exactly(dtype):
-    # The native gather copies a batch's payloads, which now start 64-byte
-    # aligned inside its buffer, into NumPy memory: every record, every
+    # The native gather hands a batch's buffer, where the payloads start
+    # 64-byte aligned, to NumPy: every record, every
     # index form, both the list of views and the packed form, must be the
     # bytes appended, at offsets counted from the payloads' start.
     rng = np.random.default_rng(dtype.itemsize)
@@ -326,7 +326,9 @@ def test_gather_and_gather_packed_read_every_record_exactly(dtype):
                 np.arange(700)[idx].tolist()
             got = [rs[idx]] if isinstance(idx, (int, np.integer)) else rs[idx]
             values, offsets, shapes = rs.gather_packed(idx)
-            assert values.dtype == dtype and values.flags.c_contiguous and values.flags.owndata
+            # A view of the gathered buffer (no copy), which it keeps alive.
+            assert values.dtype == dtype and values.flags.c_contiguous and values.flags.writeable
+            assert values.base is not None and values.base.dtype == np.uint64
             assert offsets[0] == 0 and offsets[-1] == len(values) and len(offsets) == len(want) + 1
             assert shapes == [recs[k].shape for k in want]
             for j, (g, k) in enumerate(zip(got, want)):

@@ -867,7 +867,9 @@ class RaggedStore(_Base):
         loaderx 1.7.2 has no such method): ``(values, offsets, shapes)``.
 
         ``values`` is a new 1-D array of the store's dtype holding every
-        record's elements in order (each record's in C order); ``offsets``
+        record's elements in order (each record's in C order): a view of
+        the buffer the gather filled, which it keeps alive, so it is never
+        copied; ``offsets``
         is an int64 array of ``len + 1`` element offsets, so record ``k`` is
         ``values[offsets[k]:offsets[k + 1]].reshape(shapes[k])``; ``shapes``
         is a list of shape tuples. ``idx`` takes every form ``rs[idx]``
