@@ -829,14 +829,14 @@ fn check_ragged_record(
     }
 }
 
-/// Hands `batch`'s buffer to NumPy without copying it: a `uint64` array
-/// that owns the words (a `Vec` moved into a container object keeps its
-/// heap buffer where it was), and a pointer to the batch's first payload
-/// byte inside them.
+/// Hands `batch`'s buffer to NumPy without copying it: a
+/// [`pool::RaggedBuffer`] that owns the words (and returns them to the
+/// pool once no array views them), and a pointer to the batch's first
+/// payload byte inside them.
 fn payload_owner(
     py: Python<'_>,
     batch: RaggedBatch,
-) -> PyResult<(Bound<'_, PyArray1<u64>>, *mut u8)> {
+) -> PyResult<(Bound<'_, pool::RaggedBuffer>, *mut u8)> {
     let (words, range) = batch.into_data();
     let nbytes = std::mem::size_of_val(&words[..]);
     if range.start > range.end || range.end > nbytes {
@@ -844,10 +844,11 @@ fn payload_owner(
             "ragged batch payloads {range:?} lie outside its {nbytes}-byte buffer"
         )));
     }
-    let owner = PyArray1::<u64>::from_vec(py, words);
+    let (owner, words) = pool::RaggedBuffer::new(words);
+    let owner = Bound::new(py, owner)?;
     // SAFETY: `range.start <= nbytes` (checked above), so the offset stays
     // within (or one past the end of) the owner's buffer of `nbytes` bytes.
-    let base = unsafe { owner.data().cast::<u8>().add(range.start) };
+    let base = unsafe { words.cast::<u8>().add(range.start) };
     Ok((owner, base))
 }
 
@@ -863,7 +864,7 @@ unsafe fn owned_view<'py>(
     dtype: &Bound<'py, PyArrayDescr>,
     dims: &mut [numpy::npyffi::npy_intp],
     data: *mut u8,
-    owner: &Bound<'py, PyArray1<u64>>,
+    owner: &Bound<'py, pool::RaggedBuffer>,
 ) -> PyResult<Bound<'py, PyAny>> {
     use numpy::npyffi::{self, PY_ARRAY_API};
     // SAFETY: NumPy's C API is loaded (making `owner` imported it); this
@@ -949,7 +950,7 @@ impl PyRaggedCore {
     /// store's path (for messages).
     fn gather_batch(&self, py: Python<'_>, idxs: &[u64]) -> PyResult<(RaggedBatch, PathBuf)> {
         read_detached(py, &self.core, |c| {
-            let mut batch = RaggedBatch::new();
+            let mut batch = RaggedBatch::with_buffer(pool::take_words());
             c.gather_into(idxs, &mut batch)
                 .map(|()| (batch, c.path().to_path_buf()))
         })
@@ -1807,6 +1808,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRaggedCore>()?;
     m.add_class::<PySampler>()?;
     m.add_class::<pool::GatherBuffer>()?;
+    m.add_class::<pool::RaggedBuffer>()?;
     m.add("POOL_MIN_BYTES", pool::POOL_MIN_BYTES)?;
     m.add_function(wrap_pyfunction!(buffer_pool_stats, m)?)?;
     m.add_function(wrap_pyfunction!(probe, m)?)?;

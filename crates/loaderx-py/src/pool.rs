@@ -211,9 +211,132 @@ impl Drop for GatherBuffer {
     }
 }
 
+/// Idle bytes of ragged batch buffers kept at most (less if
+/// [`idle_limit`] is lower; 0 disables recycling).
+const WORDS_IDLE_MAX: usize = 64 << 20;
+
+/// Idle ragged batch buffers at most.
+const WORDS_IDLE_COUNT: usize = 16;
+
+struct IdleWords {
+    bufs: Vec<Vec<u64>>,
+    bytes: usize,
+}
+
+static IDLE_WORDS: Mutex<IdleWords> = Mutex::new(IdleWords {
+    bufs: Vec::new(),
+    bytes: 0,
+});
+
+/// A buffer for a ragged gather: the one returned last (warm in the
+/// caches), or an empty one. Its contents are unspecified (initialized:
+/// an earlier batch's words); the gather overwrites what it uses and grows
+/// it when it is short, so a steady loop neither allocates nor zeroes.
+pub fn take_words() -> Vec<u64> {
+    let mut idle = IDLE_WORDS.lock().unwrap_or_else(|p| p.into_inner());
+    match idle.bufs.pop() {
+        Some(v) => {
+            idle.bytes -= std::mem::size_of_val(&v[..]);
+            v
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Keeps `words` for [`take_words`], dropping the oldest idle buffers
+/// beyond [`WORDS_IDLE_COUNT`] or the byte bound.
+fn give_words(words: Vec<u64>) {
+    let limit = idle_limit().min(WORDS_IDLE_MAX);
+    let len = std::mem::size_of_val(&words[..]);
+    if len == 0 || len > limit {
+        return;
+    }
+    let evicted: Vec<Vec<u64>> = {
+        let mut idle = IDLE_WORDS.lock().unwrap_or_else(|p| p.into_inner());
+        idle.bytes += len;
+        idle.bufs.push(words);
+        let mut n = 0;
+        let mut bytes = idle.bytes;
+        while bytes > limit || idle.bufs.len() - n > WORDS_IDLE_COUNT {
+            bytes -= std::mem::size_of_val(&idle.bufs[n][..]);
+            n += 1;
+        }
+        idle.bytes = bytes;
+        idle.bufs.drain(..n).collect()
+    };
+    drop(evicted); // freed outside the lock
+}
+
+/// The base object of the arrays a ragged gather returns (the list's
+/// record views, the packed values): owns the batch's buffer, whose heap
+/// block the arrays view, and returns it for [`take_words`] when every
+/// array viewing it is gone. Holds the `Vec`'s raw parts rather than the
+/// `Vec`, so no reference to the words exists while NumPy writes to them.
+#[pyclass(frozen, name = "RaggedBuffer", module = "loaderx._native")]
+pub struct RaggedBuffer {
+    ptr: NonNull<u64>,
+    len: usize,
+    cap: usize,
+}
+
+// SAFETY: a RaggedBuffer uniquely owns its heap block (like the Vec<u64>
+// it was made from); shared access only reads the pointer and lengths.
+unsafe impl Send for RaggedBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for RaggedBuffer {}
+
+impl RaggedBuffer {
+    /// Takes ownership of `words`; also returns a pointer to its first
+    /// word, valid (for reads and writes) as long as the buffer lives.
+    pub fn new(mut words: Vec<u64>) -> (Self, *mut u64) {
+        let ptr = NonNull::new(words.as_mut_ptr()).unwrap_or(NonNull::dangling());
+        let (len, cap) = (words.len(), words.capacity());
+        std::mem::forget(words);
+        (RaggedBuffer { ptr, len, cap }, ptr.as_ptr())
+    }
+}
+
+#[pymethods]
+impl RaggedBuffer {
+    /// Bytes owned.
+    fn __len__(&self) -> usize {
+        self.len * 8
+    }
+}
+
+impl Drop for RaggedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`, `len` and `cap` are the raw parts of the Vec that
+        // `new` forgot, and are rebuilt exactly once, here; no array views
+        // the words any more (each held a reference to this object).
+        let words = unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, self.cap) };
+        give_words(words);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ragged_buffers_return_to_the_pool_when_dropped() {
+        let words = vec![7u64; 1000];
+        let p0 = words.as_ptr();
+        let (buf, p) = RaggedBuffer::new(words);
+        assert_eq!(p.cast_const(), p0);
+        drop(buf);
+        let again = take_words();
+        assert_eq!(
+            again.as_ptr(),
+            p0,
+            "the buffer returned last comes back first"
+        );
+        assert_eq!(again.len(), 1000);
+        assert!(again.iter().all(|&w| w == 7));
+        // An empty buffer is not kept.
+        drop(RaggedBuffer::new(Vec::new()).0);
+        assert!(take_words().is_empty());
+    }
 
     #[test]
     fn regions_are_aligned_zeroed_and_recycled_by_length() {

@@ -579,6 +579,17 @@ impl RaggedBatch {
         }
     }
 
+    /// An empty batch that gathers into `words` (a buffer that
+    /// [`into_data`](Self::into_data) gave up, say): a gather overwrites the
+    /// words it uses and grows the buffer only when a batch does not fit,
+    /// so recycling buffers saves both the allocation and its zeroing.
+    pub fn with_buffer(words: Vec<u64>) -> RaggedBatch {
+        RaggedBatch {
+            buf: words,
+            ..RaggedBatch::new()
+        }
+    }
+
     /// Back to what [`RaggedBatch::new`] makes, keeping the capacity.
     fn reset(&mut self) {
         self.payload_start = 0;
