@@ -453,3 +453,55 @@ fn core_and_stores_are_send_and_sync() {
     check::<zrecord::DenseStore<u8>>();
     check::<RaggedBatch>();
 }
+
+/// A batch's buffer handed out (`into_data`) and back in (`with_buffer`)
+/// full of another batch's words, too long or too short: every gather into
+/// it reads back exactly what was appended, shapes included, its payloads
+/// start 64-aligned, and a buffer long enough is reused in place (the
+/// recycling the Python binding relies on to skip allocating and zeroing).
+#[test]
+fn a_recycled_buffer_full_of_old_words_gathers_exactly() {
+    let dir = tmp();
+    let recs = records();
+    for codec in [Codec::Raw, Codec::Zstd] {
+        let s = RaggedStore::<f32>::create(
+            dir.path().join(format!("b{}", codec.name())),
+            &CreateOptions::new(codec),
+        )
+        .unwrap();
+        s.append(recs.iter().map(|r| r.view())).unwrap();
+        let core = s.core();
+        let mut words = vec![u64::MAX; 3];
+        for picks in [&[3u64, 1, 2][..], &[0, 4], &[3, 3, 3, 3], &[1]] {
+            let before = (words.as_ptr(), words.len());
+            let mut batch = RaggedBatch::with_buffer(std::mem::take(&mut words));
+            core.gather_into(picks, &mut batch).unwrap();
+            assert_eq!(batch.len(), picks.len());
+            assert_eq!(batch.data().as_ptr() as usize % 64, 0);
+            for (k, &i) in picks.iter().enumerate() {
+                let want = &recs[i as usize];
+                let got = batch.view::<f32>(k).unwrap();
+                assert_eq!(got.shape(), want.shape());
+                assert_eq!(got, want.view());
+            }
+            let (w, range) = batch.into_data();
+            let bytes: &[u8] = bytemuck::cast_slice(&w);
+            let want: Vec<u8> = picks
+                .iter()
+                .flat_map(|&i| {
+                    bytemuck::cast_slice::<f32, u8>(recs[i as usize].as_slice().unwrap()).to_vec()
+                })
+                .collect();
+            assert_eq!(&bytes[range], &want[..]);
+            if before.1 >= w.len() {
+                assert_eq!(
+                    w.as_ptr(),
+                    before.0,
+                    "a buffer long enough is filled in place"
+                );
+            }
+            words = w;
+            words.iter_mut().for_each(|x| *x = 0xA5A5_A5A5_A5A5_A5A5);
+        }
+    }
+}
