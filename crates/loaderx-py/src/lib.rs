@@ -838,6 +838,8 @@ fn payload_owner(
     batch: RaggedBatch,
 ) -> PyResult<(Bound<'_, pool::RaggedBuffer>, *mut u8)> {
     let (words, range) = batch.into_data();
+    // A small batch in a big recycled buffer moves to a buffer of its size.
+    let (words, range) = pool::fit_words(words, range);
     let nbytes = std::mem::size_of_val(&words[..]);
     if range.start > range.end || range.end > nbytes {
         return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
@@ -1067,7 +1069,7 @@ impl PyRaggedCore {
 
     /// Gathers the records at `idxs` (GIL released for the gather) and
     /// returns them as a list of `dtype` arrays with their stored shapes:
-    /// views into the gathered batch's buffer, which a `uint64` array owns
+    /// views into the gathered batch's buffer, which a `RaggedBuffer` owns
     /// (their common base; no copy), made here rather than by slicing in
     /// Python (a third of the per-record cost).
     fn gather<'py>(
@@ -1084,7 +1086,7 @@ impl PyRaggedCore {
     /// Gathers the records at `idxs` (GIL released) packed:
     /// `(values, offsets, shapes)`, every record's elements concatenated in
     /// one 1-D `dtype` array (a view of the gathered batch's buffer, which
-    /// a `uint64` array owns: no copy), `len + 1` int64 element offsets,
+    /// a `RaggedBuffer` owns: no copy), `len + 1` int64 element offsets,
     /// and each record's shape as a tuple.
     #[allow(clippy::type_complexity)]
     fn gather_packed<'py>(

@@ -236,19 +236,25 @@ pub fn take_words() -> Vec<u64> {
     let mut idle = IDLE_WORDS.lock().unwrap_or_else(|p| p.into_inner());
     match idle.bufs.pop() {
         Some(v) => {
-            idle.bytes -= std::mem::size_of_val(&v[..]);
+            idle.bytes -= held_bytes(&v);
             v
         }
         None => Vec::new(),
     }
 }
 
+/// Bytes of heap `words` holds (its capacity, which a gather that grew it
+/// may have left above its length).
+fn held_bytes(words: &Vec<u64>) -> usize {
+    words.capacity() * std::mem::size_of::<u64>()
+}
+
 /// Keeps `words` for [`take_words`], dropping the oldest idle buffers
 /// beyond [`WORDS_IDLE_COUNT`] or the byte bound.
 fn give_words(words: Vec<u64>) {
     let limit = idle_limit().min(WORDS_IDLE_MAX);
-    let len = std::mem::size_of_val(&words[..]);
-    if len == 0 || len > limit {
+    let len = held_bytes(&words);
+    if words.is_empty() || len > limit {
         return;
     }
     let evicted: Vec<Vec<u64>> = {
@@ -258,13 +264,45 @@ fn give_words(words: Vec<u64>) {
         let mut n = 0;
         let mut bytes = idle.bytes;
         while bytes > limit || idle.bufs.len() - n > WORDS_IDLE_COUNT {
-            bytes -= std::mem::size_of_val(&idle.bufs[n][..]);
+            bytes -= held_bytes(&idle.bufs[n]);
             n += 1;
         }
         idle.bytes = bytes;
         idle.bufs.drain(..n).collect()
     };
     drop(evicted); // freed outside the lock
+}
+
+/// Alignment of a batch's payloads in memory (zrecord's `PAYLOAD_ALIGN`).
+const PAYLOAD_ALIGN: usize = 64;
+
+/// `words` (the bytes at `range` in it: a gathered batch's payloads), or,
+/// when `words` holds more than four times the heap those need (a big
+/// recycled buffer filled by a small batch), a right-sized copy of them,
+/// starting [`PAYLOAD_ALIGN`]-aligned, with the big buffer given back for
+/// [`take_words`]. So an array viewing a small batch never keeps a big
+/// buffer alive, and the copy is of at most a quarter of a buffer. A
+/// `range` outside `words`, or not starting on a word, comes back as is.
+pub fn fit_words(
+    words: Vec<u64>,
+    range: std::ops::Range<usize>,
+) -> (Vec<u64>, std::ops::Range<usize>) {
+    let need = range.len() + PAYLOAD_ALIGN;
+    let (first, end) = (range.start / 8, range.end.div_ceil(8));
+    if held_bytes(&words) <= 4 * need.next_multiple_of(8) + 4096
+        || !range.start.is_multiple_of(8)
+        || range.start > range.end
+        || end > words.len()
+    {
+        return (words, range);
+    }
+    let mut fit = vec![0u64; need.div_ceil(8)];
+    // Payloads start 64-aligned in memory: skip the words before the first
+    // 64-aligned one (the allocation is at least 8-aligned).
+    let skip = (PAYLOAD_ALIGN - fit.as_ptr() as usize % PAYLOAD_ALIGN) % PAYLOAD_ALIGN / 8;
+    fit[skip..skip + (end - first)].copy_from_slice(&words[first..end]);
+    give_words(words);
+    (fit, skip * 8..skip * 8 + range.len())
 }
 
 /// The base object of the arrays a ragged gather returns (the list's
@@ -336,6 +374,26 @@ mod tests {
         // An empty buffer is not kept.
         drop(RaggedBuffer::new(Vec::new()).0);
         assert!(take_words().is_empty());
+
+        // (In the same test: both use the process-wide pool.) Small
+        // payloads in a big buffer move to a buffer of their size.
+        let mut big = vec![0u64; 100_000];
+        for (k, w) in big.iter_mut().enumerate() {
+            *w = k as u64;
+        }
+        // Words 16..19 then 4 bytes of word 19: the payloads.
+        let (fit, at) = fit_words(big, 128..156);
+        assert!(fit.len() * 8 <= 28 + 64 + 8, "{}", fit.len());
+        assert_eq!((fit.as_ptr() as usize + at.start) % 64, 0);
+        assert_eq!(at.len(), 28);
+        assert_eq!(&fit[at.start / 8..at.start / 8 + 3], &[16, 17, 18]);
+        // A buffer that fits comes back as is.
+        let near = vec![5u64; 64];
+        let p = near.as_ptr();
+        let (same, r) = fit_words(near, 64..400);
+        assert_eq!((same.as_ptr(), r), (p, 64..400));
+        // The big buffer went back to the pool.
+        assert_eq!(take_words().len(), 100_000);
     }
 
     #[test]

@@ -338,6 +338,32 @@ def test_gather_and_gather_packed_read_every_record_exactly(dtype):
 
 
 @ours_only
+def test_a_small_gather_does_not_pin_a_recycled_big_buffer():
+    # Gathers fill a buffer recycled from an earlier batch. A small batch
+    # kept alive (a label cached per step, say) must not hold on to a
+    # buffer many times its size: that would make memory grow by the big
+    # batch's size per kept record.
+    big = [np.full(50_000, k, np.int32) for k in range(8)]  # 1.6 MB a batch
+    with RaggedStore("pin", np.int32, codec="raw") as rs:
+        rs.append(big + [np.array([7, 8], np.int32)])
+        kept = []
+        for _ in range(4):
+            for packed in (False, True):
+                batch = rs.gather_packed(range(8)) if packed else rs[range(8)]
+                del batch  # its buffer goes back to the pool
+                small = rs.gather_packed([8])[0] if packed else rs[[8]][0]
+                np.testing.assert_array_equal(small, [7, 8])
+                assert small.flags.aligned and small.flags.writeable
+                assert len(small.base) <= 4 * small.nbytes + 8192, len(small.base)
+                kept.append(small)
+        # The big buffers are still recycled, and the kept views unchanged.
+        for got, k in zip(rs[range(8)], range(8)):
+            np.testing.assert_array_equal(got, big[k])
+        for small in kept:
+            np.testing.assert_array_equal(small, [7, 8])
+
+
+@ours_only
 def test_verify_names_damaged_records_by_logical_index():
     from test_dense import _garble
     rng = np.random.default_rng(5)
