@@ -869,8 +869,9 @@ unsafe fn owned_view<'py>(
     owner: &Bound<'py, pool::RaggedBuffer>,
 ) -> PyResult<Bound<'py, PyAny>> {
     use numpy::npyffi::{self, PY_ARRAY_API};
-    // SAFETY: NumPy's C API is loaded (making `owner` imported it); this
-    // reads its ndarray type object. NewFromDescr steals the descr
+    // SAFETY: `get_type_object` and the calls below go through
+    // `PY_ARRAY_API`, which imports NumPy's C API on first use (the GIL is
+    // held: `py`); the first reads its ndarray type object. NewFromDescr steals the descr
     // reference we hand it (`into_dtype_ptr` of a clone) and returns NULL
     // with an error set on failure; the bytes it views are the caller's
     // promise.
