@@ -671,19 +671,7 @@ mod tests {
             e.append_var(&data, &offsets).unwrap();
             for picks in [vec![5u64, 3], (0..600u64).rev().step_by(2).collect()] {
                 for _ in 0..3 {
-                    let (mut offs, mut buf) = (Vec::new(), Vec::new());
-                    e.gather_packed(&picks, &mut offs, |o| {
-                        buf.resize(o[o.len() - 1], 0);
-                        Ok::<_, Error>(&mut buf[..])
-                    })
-                    .unwrap();
-                    for (k, &i) in picks.iter().enumerate() {
-                        let i = i as usize;
-                        assert_eq!(
-                            &buf[offs[k]..offs[k + 1]],
-                            &data[offsets[i]..offsets[i + 1]]
-                        );
-                    }
+                    gather_and_check(&e, &picks, &data, &offsets);
                 }
             }
             assert!(e.codec.dctx_pool_len() <= rayon::current_num_threads());
