@@ -1800,6 +1800,12 @@ fn buffer_pool_stats() -> (usize, usize) {
     pool::idle_stats()
 }
 
+/// `(idle buffers, idle bytes)` of the ragged gather buffer pool.
+#[pyfunction]
+fn ragged_pool_stats() -> (usize, usize) {
+    pool::idle_words_stats()
+}
+
 // ---------------------------------------------------------------------------
 
 /// The native module. Free-threaded builds run it without the GIL: every
@@ -1814,6 +1820,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::RaggedBuffer>()?;
     m.add("POOL_MIN_BYTES", pool::POOL_MIN_BYTES)?;
     m.add_function(wrap_pyfunction!(buffer_pool_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(ragged_pool_stats, m)?)?;
     m.add_function(wrap_pyfunction!(probe, m)?)?;
     m.add_function(wrap_pyfunction!(train_dict, m)?)?;
     m.add_function(wrap_pyfunction!(loadtxt, m)?)?;

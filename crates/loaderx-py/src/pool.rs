@@ -305,6 +305,12 @@ pub fn fit_words(
     (fit, skip * 8..skip * 8 + range.len())
 }
 
+/// `(idle buffers, idle bytes)` of the ragged buffer pool (for tests).
+pub fn idle_words_stats() -> (usize, usize) {
+    let idle = IDLE_WORDS.lock().unwrap_or_else(|p| p.into_inner());
+    (idle.bufs.len(), idle.bytes)
+}
+
 /// The base object of the arrays a ragged gather returns (the list's
 /// record views, the packed values): owns the batch's buffer, whose heap
 /// block the arrays view, and returns it for [`take_words`] when every

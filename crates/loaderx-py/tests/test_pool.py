@@ -137,3 +137,56 @@ def test_no_numpy_operation_frees_a_region_a_live_object_still_uses():
     np.testing.assert_array_equal(d, data[24:32])
     np.testing.assert_array_equal(e, data[0:8])
     ds.close()
+
+
+def test_ragged_buffers_are_recycled_within_bounds_and_can_be_turned_off():
+    """Ragged gathers return views of a pooled buffer: after a loop of
+    batches of every size, 30 of them alive at once, the pool holds at most
+    16 idle buffers and 64 MiB, a later gather reuses one, and with
+    ``LOADERX_BUFFER_POOL_MB=0`` nothing is kept."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from loaderx import _native
+    from loaderx.zrecord import RaggedStore
+
+    rng = np.random.default_rng(4)
+    recs = [np.arange(int(n), dtype=np.int32) for n in rng.integers(1, 5000, 400)]
+    with RaggedStore("rpool", np.int32, codec="raw") as rs:
+        rs.append(recs)
+    rs = RaggedStore("rpool", read_only=True)
+    held = []
+    for k in range(300):
+        idx = rng.integers(0, 400, int(rng.integers(1, 400)))
+        got = rs[idx]
+        for g, i in zip(got[:3], idx[:3]):
+            np.testing.assert_array_equal(g, recs[i])
+        if k % 10 == 0:
+            held.append(got)  # 30 batches alive at once, freed together
+        del got
+    del held
+    gc.collect()
+    n, idle = _native.ragged_pool_stats()
+    assert 1 <= n <= 16 and 0 < idle <= 64 << 20, (n, idle)
+    got = rs[list(range(50))]
+    assert _native.ragged_pool_stats()[0] == n - 1, "a gather takes an idle buffer"
+    del got
+    rs.close()
+
+    code = textwrap.dedent("""
+        import gc, numpy as np
+        from loaderx import _native
+        from loaderx.zrecord import RaggedStore
+        rs = RaggedStore("rpool", read_only=True)
+        for k in range(20):
+            x = rs[list(range(k, k + 100))]
+        del x
+        gc.collect()
+        print(_native.ragged_pool_stats())
+    """)
+    env = dict(os.environ, LOADERX_BUFFER_POOL_MB="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "(0, 0)", out
