@@ -33,6 +33,40 @@ fn chain(stop: Arc<AtomicBool>) {
 /// jobs and, between them, the linger job, which keeps finding a helper job
 /// within 200 us as long as the gathers go on. Every wait must still end
 /// within about a turn of the linger, not when the gathers stop.
+/// Pool threads held by jobs that wait for [`Gate::open`].
+#[derive(Clone)]
+struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+impl Gate {
+    /// Holds `n` threads: spawns `n` waiting jobs with `spawn` and returns
+    /// once every one of them runs.
+    fn hold(n: usize, spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Gate {
+        let gate = Gate(Arc::new((Mutex::new(false), Condvar::new())));
+        let running = Arc::new(AtomicUsize::new(0));
+        for _ in 0..n {
+            let (gate, running) = (gate.clone(), running.clone());
+            spawn(Box::new(move || {
+                running.fetch_add(1, Ordering::SeqCst);
+                let (open, cv) = &*gate.0;
+                let mut g = open.lock().unwrap();
+                while !*g {
+                    g = cv.wait(g).unwrap();
+                }
+            }));
+        }
+        while running.load(Ordering::SeqCst) < n {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        gate
+    }
+
+    fn open(&self) {
+        let (open, cv) = &*self.0;
+        *open.lock().unwrap() = true;
+        cv.notify_all();
+    }
+}
+
 #[test]
 fn a_waiting_pool_thread_is_not_held_while_another_thread_keeps_gathering() {
     const W: usize = 4096;
@@ -45,22 +79,7 @@ fn a_waiting_pool_thread_is_not_held_while_another_thread_keeps_gathering() {
     // All but one thread of the global pool blocked until the end.
     let threads = rayon::current_num_threads();
     assert!(threads >= 2, "a parallel gather needs two pool threads");
-    let gate = Arc::new((Mutex::new(false), Condvar::new()));
-    let blocked = Arc::new(AtomicUsize::new(0));
-    for _ in 1..threads {
-        let (gate, blocked) = (gate.clone(), blocked.clone());
-        rayon::spawn(move || {
-            blocked.fetch_add(1, Ordering::SeqCst);
-            let (open, cv) = &*gate;
-            let mut g = open.lock().unwrap();
-            while !*g {
-                g = cv.wait(g).unwrap();
-            }
-        });
-    }
-    while blocked.load(Ordering::SeqCst) < threads - 1 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let gate = Gate::hold(threads - 1, rayon::spawn);
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel();
     {
@@ -83,9 +102,7 @@ fn a_waiting_pool_thread_is_not_held_while_another_thread_keeps_gathering() {
     }
     stop.store(true, Ordering::SeqCst);
     let longest = rx.recv().unwrap();
-    let (open, cv) = &*gate;
-    *open.lock().unwrap() = true;
-    cv.notify_all();
+    gate.open();
     assert!(
         longest < Duration::from_millis(300),
         "a waiting pool thread was held {longest:?} by the linger job"
@@ -105,33 +122,16 @@ fn a_pool_thread_running_the_linger_gets_back_to_its_own_work_while_the_pool_sta
         .num_threads(2)
         .build()
         .unwrap();
-    // One of the two threads blocked until the end, so neither the gather's
-    // helper nor the linger is stolen: both stay on the other thread's deque.
-    let gate = Arc::new((Mutex::new(false), Condvar::new()));
-    let blocked = Arc::new(AtomicUsize::new(0));
-    {
-        let (gate, blocked) = (gate.clone(), blocked.clone());
-        pool.spawn(move || {
-            blocked.fetch_add(1, Ordering::SeqCst);
-            let (open, cv) = &*gate;
-            let mut g = open.lock().unwrap();
-            while !*g {
-                g = cv.wait(g).unwrap();
-            }
-        });
-    }
-    while blocked.load(Ordering::SeqCst) == 0 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    // One of the two threads held until the end, so nothing the gather
+    // spawns is stolen: it stays on the other thread's deque.
+    let gate = Gate::hold(1, |job| pool.spawn(job));
     let stop = Arc::new(AtomicBool::new(false));
     let timer = {
         let (stop, gate) = (stop.clone(), gate.clone());
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs(1));
             stop.store(true, Ordering::SeqCst);
-            let (open, cv) = &*gate;
-            *open.lock().unwrap() = true;
-            cv.notify_all();
+            gate.open();
         })
     };
     let held = pool.install(|| {
@@ -140,7 +140,9 @@ fn a_pool_thread_running_the_linger_gets_back_to_its_own_work_while_the_pool_sta
         let mut out = vec![0u8; 64 * W];
         e.gather_fixed(&picks, W, &mut out).unwrap();
         assert_eq!(out, data);
-        // The linger is on top of this thread's deque: waiting once runs it.
+        // A linger this gather left would sit on top of this thread's
+        // deque, and waiting once would run it (gathers on a pool thread
+        // leave none now; before, this wait lasted the whole chain).
         let t = Instant::now();
         rayon::yield_now();
         t.elapsed()
