@@ -469,7 +469,8 @@ impl<O> DataLoader<O> {
     /// finishes on its own (its result dropped), holding its batch and the
     /// stores until then. Called from the loader's own transform (a
     /// transform that owns the loader), the calling thread is not waited
-    /// for: it ends when that transform returns.
+    /// for: it ends when that transform returns. A limit too long to add to
+    /// the clock (`Duration::MAX`) waits as long as the threads take.
     pub fn close_within(mut self, limit: Duration) -> bool {
         self.stop_within(limit)
     }
@@ -514,9 +515,11 @@ impl<O> DataLoader<O> {
         // transform returns, its output having nowhere to go.
         let me = std::thread::current().id();
         self.threads.retain(|t| t.thread().id() != me);
-        let deadline = Instant::now() + limit;
+        // A limit past what an `Instant` can hold (`Duration::MAX`, say)
+        // is no limit: wait as long as it takes.
+        let deadline = Instant::now().checked_add(limit);
         let mut running = self.threads.len();
-        while running > 0 && recv_helping(&self.exits, Some(deadline)).is_ok() {
+        while running > 0 && recv_helping(&self.exits, deadline).is_ok() {
             running -= 1;
         }
         for t in self.threads.drain(..) {
