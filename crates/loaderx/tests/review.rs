@@ -47,14 +47,18 @@ fn assert_no_loader_threads(what: &str) {
     }
 }
 
-/// Runs `f` on its own thread and fails if it does not finish in 30 s.
+/// Runs `f` on its own thread and fails if it does not finish in 30 s (a
+/// panic in `f` is passed on as itself).
 fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(f());
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
     });
-    rx.recv_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|_| panic!("{what}: hung (or panicked)"))
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("{what}: hung"),
+    }
 }
 
 /// Mixed dense and ragged streams of `n` records: x[i] = [i, -i] (f32,
@@ -270,4 +274,193 @@ fn close_within_the_longest_duration_waits_instead_of_panicking() {
     });
     assert_eq!(ended, Ok(true));
     assert_no_loader_threads("after close_within(Duration::MAX)");
+}
+
+/// A dense store of `n` records of 512 bytes (zstd) whose chunk bytes from
+/// the middle on are overwritten after it is opened, and the records that no
+/// longer read (found one at a time through a second handle).
+fn half_corrupted(dir: &std::path::Path, n: usize) -> (Stream, Vec<bool>) {
+    let x =
+        DenseStore::<u8>::create(dir.join("x"), &[512], &CreateOptions::new(Codec::Zstd)).unwrap();
+    x.append(Array2::from_shape_fn((n, 512), |(i, j)| ((i * 131 + j * 7) % 251) as u8).view())
+        .unwrap();
+    x.sync().unwrap();
+    let stream = Stream::from(x);
+    let chunk = dir.join("x").join("0.chunk");
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let half = bytes.len() / 2;
+    for b in &mut bytes[half..] {
+        *b ^= 0x5A;
+    }
+    std::fs::write(&chunk, &bytes).unwrap();
+    let Stream::Dense(core) = &stream else {
+        unreachable!()
+    };
+    let bad: Vec<bool> = (0..n as u64)
+        .map(|i| core.gather_bytes_into(&[i], &mut [0u8; 512]).is_err())
+        .collect();
+    assert!(!bad[0] && bad.iter().any(|&b| b), "{bad:?}");
+    (stream, bad)
+}
+
+/// A store that fails mid-stream: every batch before the first bad one
+/// arrives intact and in order, then one error naming the stream and that
+/// step, then the end; in every pipeline shape, and no thread is left.
+#[test]
+fn a_store_failing_mid_stream_fails_at_its_step_after_every_earlier_batch() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let n = 64;
+    let (stream, bad) = half_corrupted(dir.path(), n);
+    let bs = 4;
+    let first_bad_step = (0..n / bs)
+        .find(|s| bad[s * bs..(s + 1) * bs].iter().any(|&b| b))
+        .unwrap() as u64;
+    assert!(first_bad_step > 0);
+    for ordered in [true, false] {
+        for (workers, prefetch) in [(0, 1), (1, 1), (3, 2), (4, 8)] {
+            let stream = stream.clone();
+            let what = format!("ordered {ordered} w{workers} p{prefetch}");
+            let got = within(&what.clone(), move || {
+                let l = DataLoader::new(
+                    [("img", stream)],
+                    LoaderOptions {
+                        batch_size: bs,
+                        mode: Mode::Sequential,
+                        workers,
+                        prefetch,
+                        ordered,
+                        ..LoaderOptions::default()
+                    },
+                )
+                .unwrap();
+                l.map(|r| r.map(|s| s.step)).collect::<Vec<_>>()
+            });
+            let (last, oks) = got.split_last().unwrap();
+            match last {
+                Err(Error::Store { step, stream, .. }) => {
+                    assert_eq!((*step, stream.as_str()), (first_bad_step, "img"), "{what}")
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+            let mut oks: Vec<u64> = oks.iter().map(|r| *r.as_ref().unwrap()).collect();
+            if ordered {
+                assert_eq!(oks, (0..first_bad_step).collect::<Vec<_>>(), "{what}");
+            } else {
+                // Unordered: an earlier step still in a worker when the
+                // error arrives is never delivered (the loader ends), but no
+                // step past the failing one is.
+                oks.sort();
+                assert!(oks.iter().all(|&s| s < first_bad_step), "{what}: {oks:?}");
+            }
+            assert_no_loader_threads(&what);
+        }
+    }
+}
+
+/// A transform error at step 5 produced while step 3 is still in its
+/// (slow) transform comes out after steps 0..5, not before; the threads end
+/// after each way a loader can fail.
+#[test]
+fn a_later_error_waits_for_earlier_steps_and_every_failure_ends_the_threads() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let streams = mixed(dir.path(), 40);
+    for panics in [false, true] {
+        let streams = streams.clone();
+        let got = within("error ordering", move || {
+            let (five_tx, five_rx) = crossbeam_channel::unbounded::<()>();
+            let l = DataLoader::with_transform(
+                streams,
+                LoaderOptions {
+                    batch_size: 4,
+                    workers: 3,
+                    prefetch: 2,
+                    ..LoaderOptions::default()
+                },
+                move |b: Batch| match b.step() {
+                    3 => {
+                        // Until step 5 has failed (bounded: scheduling may
+                        // differ; the order must hold either way).
+                        let _ = five_rx.recv_timeout(Duration::from_secs(5));
+                        Ok(b.step())
+                    }
+                    5 => {
+                        let _ = five_tx.send(());
+                        if panics {
+                            panic!("five");
+                        }
+                        Err(format!("bad batch {}", b.step()))
+                    }
+                    s => Ok(s),
+                },
+            )
+            .unwrap();
+            l.map(|r| r.map(|s| s.value).map_err(|e| loaderx::error_chain(&e)))
+                .collect::<Vec<_>>()
+        });
+        let want_err = if panics {
+            "transform panicked at step 5: five"
+        } else {
+            "transform failed at step 5: bad batch 5"
+        };
+        assert_eq!(
+            got,
+            vec![Ok(0), Ok(1), Ok(2), Ok(3), Ok(4), Err(want_err.to_string())]
+        );
+        assert_no_loader_threads("after a transform failure");
+    }
+}
+
+/// Dropping a loader whose every queue is full, whose consumer holds
+/// batches, or that never delivered anything, leaves no thread behind.
+#[test]
+fn dropped_loaders_leave_no_thread_in_any_state() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let streams = mixed(dir.path(), 40);
+    for (workers, ordered) in [(0, true), (1, true), (4, true), (4, false)] {
+        let o = LoaderOptions {
+            batch_size: 8,
+            workers,
+            ordered,
+            prefetch: 2,
+            ..LoaderOptions::default()
+        };
+        // Never read. (The count sees a live loader's threads, so that
+        // the checks after each drop can fail.)
+        let seen = within("drop unread", {
+            let (s, o) = (streams.clone(), o.clone());
+            move || {
+                let l = DataLoader::new(s, o).unwrap();
+                // A thread names itself once it runs: wait for all of them.
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                let mut seen = loader_threads();
+                while seen < workers + 1 && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                    seen = loader_threads();
+                }
+                drop(l);
+                seen
+            }
+        });
+        if std::path::Path::new("/proc/self/task").exists() {
+            assert_eq!(seen, workers + 1);
+        }
+        assert_no_loader_threads("unread");
+        // Read a few, keep them, let the queues fill, drop the loader first.
+        let kept = within("drop full", {
+            let (s, o) = (streams.clone(), o.clone());
+            move || {
+                let mut l = DataLoader::new(s, o).unwrap();
+                let kept: Vec<Batch> = (0..5).map(|_| l.next().unwrap().unwrap().value).collect();
+                drop(l);
+                kept
+            }
+        });
+        assert_no_loader_threads("full queues");
+        for b in &kept {
+            contents(b);
+        }
+    }
 }
