@@ -730,6 +730,13 @@ fn run<O>(transform: &Transform<O>, step: u64, batch: Batch) -> Result<O> {
                 .map(|s| (*s).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "non-string panic payload".into());
+            // A payload whose own drop panics would unwind this thread here,
+            // outside the transform: its step would never come (an ordered
+            // consumer waiting for it for good while other workers live).
+            // Drop it under `catch_unwind` too, and leak what that throws.
+            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+                std::mem::forget(again);
+            }
             Err(Error::TransformPanicked { step, message })
         }
     }

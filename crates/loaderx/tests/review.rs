@@ -464,3 +464,56 @@ fn dropped_loaders_leave_no_thread_in_any_state() {
         }
     }
 }
+
+/// A panic payload whose own `Drop` panics (what a transform that panics
+/// with a guard object, say, can throw).
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("the payload's drop panics too");
+    }
+}
+
+/// A transform that panics with a payload whose drop panics as well is
+/// still reported at its step, on any worker count, and no thread is left.
+/// Before, the second panic unwound the worker outside the transform: its
+/// step never came and an ordered consumer waited for it for good.
+#[test]
+fn a_panic_payload_that_panics_when_dropped_is_still_reported() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let streams = mixed(dir.path(), 20);
+    for workers in [3, 1, 0] {
+        let streams = streams.clone();
+        let got = within(&format!("w{workers}"), move || {
+            let l = DataLoader::with_transform(
+                streams,
+                LoaderOptions {
+                    batch_size: 4,
+                    workers,
+                    ..LoaderOptions::default()
+                },
+                |b: Batch| {
+                    if b.step() == 2 {
+                        std::panic::panic_any(Bomb);
+                    }
+                    Ok::<_, Error>(b.step())
+                },
+            )
+            .unwrap();
+            l.map(|r| r.map(|s| s.value).map_err(|e| e.to_string()))
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(
+            got,
+            vec![
+                Ok(0),
+                Ok(1),
+                Err("transform panicked at step 2: non-string panic payload".into())
+            ],
+            "w{workers}"
+        );
+        assert_no_loader_threads("after a payload that panics when dropped");
+    }
+}
