@@ -117,10 +117,11 @@ fn run(
     o: LoaderOptions,
     take: usize,
 ) -> Vec<(u64, Vec<u64>, Vec<i64>)> {
-    let loader = DataLoader::new(streams.to_vec(), o).unwrap();
+    let window = o.prefetch + o.workers + 1;
+    let mut loader = DataLoader::new(streams.to_vec(), o).unwrap();
     let mut kept = Vec::new();
     let mut out = Vec::new();
-    for item in loader.take(take) {
+    for item in loader.by_ref().take(take) {
         let s = item.unwrap();
         out.push((s.step, s.value.indices().to_vec(), contents(&s.value)));
         if s.step % 3 == 0 {
@@ -132,6 +133,11 @@ fn run(
         let (_, idx, c) = out.iter().find(|(st, _, _)| *st == b.step()).unwrap();
         assert_eq!(b.indices(), idx.as_slice());
         assert_eq!(&contents(b), c);
+    }
+    // Holding a third of `take` batches, the pool made buffers past its
+    // first ones: the runs read from new slots as well as recycled ones.
+    if take / 3 > window {
+        assert!(loader.slots_made() > window, "{}", loader.slots_made());
     }
     out
 }
