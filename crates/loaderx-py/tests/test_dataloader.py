@@ -2,6 +2,7 @@
 alignment, transform on worker threads, error propagation with traceback,
 close, len(), and the sharding / resume extensions."""
 
+import math
 import threading
 import time
 import traceback
@@ -974,6 +975,36 @@ def test_close_with_no_timeout_waits_for_the_threads_as_thread_join_does():
     try:
         _in_thread(lambda: loader.close(timeout=None))
         assert not any(t.is_alive() for t in loader._pipeline.threads)
+    finally:
+        loader.close()
+        close_all(streams)
+
+
+@ours_only
+@pytest.mark.parametrize("limit", [math.inf, 10**400, np.float64(1e300)], ids=["inf", "huge-int", "1e300"])
+def test_close_with_a_limit_past_what_join_takes_waits_for_the_threads(limit):
+    # close(math.inf) stopped the pipeline, then Thread.join raised
+    # OverflowError, leaving the threads unwaited for.
+    _, streams = make_streams(40)
+    loader = DataLoader(streams, batch_size=4, num_workers=2)
+    next(loader)
+    try:
+        _in_thread(lambda: loader.close(timeout=limit))
+        assert not any(t.is_alive() for t in loader._pipeline.threads)
+    finally:
+        loader.close()
+        close_all(streams)
+
+
+@ours_only
+@pytest.mark.parametrize("limit, error", [(math.nan, ValueError), ("5", TypeError), (True, TypeError)])
+def test_a_close_limit_that_is_no_number_of_seconds_is_refused_before_anything_stops(limit, error):
+    _, streams = make_streams(40)
+    loader = DataLoader(streams, batch_size=4, num_workers=2)
+    try:
+        with pytest.raises(error, match="timeout"):
+            loader.close(timeout=limit)
+        assert next(loader)["x"].shape[0] == 4  # still running
     finally:
         loader.close()
         close_all(streams)

@@ -485,7 +485,9 @@ class _Pipeline:
     def close(self, timeout=30.0):
         """Stops the threads and waits for them up to ``timeout`` seconds in
         all (a transform still running past that finishes on its own;
-        ``None``: as long as they take, as ``Thread.join``)."""
+        ``None``, or a limit longer than ``threading.TIMEOUT_MAX`` such as
+        ``math.inf``: as long as they take)."""
+        timeout = _close_timeout(timeout)
         if os.getpid() != self.pid:
             return  # a forked child: the threads (and their lock) are the parent's
         if sys.is_finalizing():
@@ -535,6 +537,20 @@ class _Pipeline:
         finally:
             with self.lock:
                 self.closing.remove(current)
+
+
+def _close_timeout(timeout):
+    """``close``'s limit in seconds, or None for no limit; checked before
+    anything is stopped, so a wrong value changes nothing."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, (int, float, np.integer, np.floating)):
+        raise TypeError(f"close: timeout must be a number of seconds or None, not {type(timeout).__name__}")
+    if timeout != timeout:
+        raise ValueError("close: timeout is NaN; give a number of seconds or None")
+    # Thread.join refuses waits past TIMEOUT_MAX (OverflowError): such a
+    # limit, math.inf or a huge int included, is no limit.
+    return None if timeout >= threading.TIMEOUT_MAX else float(timeout)
 
 
 class DataLoader:
@@ -710,8 +726,10 @@ class DataLoader:
     def close(self, timeout=30.0):
         """Stop the pipeline threads and wait for them, up to ``timeout``
         seconds in all (a transform still running then finishes on its own,
-        its result dropped; ``None`` waits as long as they take, as
-        ``Thread.join(None)``). Idempotent."""
+        its result dropped; ``None``, or a limit past
+        ``threading.TIMEOUT_MAX`` such as ``math.inf``, waits as long as
+        they take). A NaN or non-numeric limit is refused before anything
+        stops. Idempotent."""
         pipeline = getattr(self, "_pipeline", None)
         if pipeline is not None:
             pipeline.close(timeout)
