@@ -2830,6 +2830,13 @@ def classify(m):
             # past the record count), ours removes it; each opens and
             # appends to the other's.
             return "DOC: a store compacted to no records on a reopened handle: ref keeps its stale .loc file"
+        if "0.loc" in fr and "0.loc" in fo and fo["0.loc"] < fr["0.loc"] and \
+                {k: v for k, v in fr.items() if k != "0.loc"} == {k: v for k, v in fo.items() if k != "0.loc"} and \
+                any(".compact()" in x and "as q:" in x for x in m["prefix"]):
+            # the same stale file, appended to afterwards: the reference
+            # writes the new entries over its start and the file keeps its
+            # old size; ours holds just the live entries.
+            return "DOC: a store compacted to no records on a reopened handle: ref keeps its stale .loc file"
     if m["label"] == "proto" and cat == "ours-raises" and oc == "IndexOutOfRange" and \
             any("def __len__" in x for x in m["prefix"]):
         # A subclass whose __len__ hides records: ours checks indices
