@@ -241,6 +241,49 @@ def test_start_step_must_fit_the_step_counter():
     close_all(streams)
 
 
+def test_prefetch_size_inf_and_nan_are_accepted_as_the_reference_does():
+    # loaderx 1.7.2 hands prefetch_size to Queue(maxsize=...), which takes
+    # inf, -inf and NaN (no bound); ours raised int()'s OverflowError or
+    # ValueError, naming no argument.
+    _, streams = make_streams(20)
+    for value in (math.inf, -math.inf, math.nan, np.float64(math.inf)):
+        with DataLoader(streams, batch_size=4, prefetch_size=value) as loader:
+            batch = next(loader)
+        assert batch["y"].shape == (4,)
+    close_all(streams)
+
+
+@ours_only
+def test_loader_count_arguments_are_checked_by_name():
+    # The reference hangs on these (a prefetch_size its Queue cannot compare,
+    # num_workers past any thread count) or raises int()'s bare message.
+    _, streams = make_streams(20)
+    cases = [
+        ({"prefetch_size": None}, TypeError, "prefetch_size"),
+        ({"prefetch_size": "3"}, TypeError, "prefetch_size"),
+        ({"prefetch_size": object()}, TypeError, "prefetch_size"),
+        ({"num_workers": math.inf}, OverflowError, "num_workers"),
+        ({"num_workers": math.nan}, ValueError, "num_workers"),
+        ({"num_workers": None}, TypeError, "num_workers"),
+        ({"num_workers": 2**63}, ValueError, "num_workers"),
+        ({"num_workers": 10**400}, ValueError, "num_workers"),
+        ({"start_step": 2.5}, TypeError, "start_step"),
+        ({"start_step": "3"}, TypeError, "start_step"),
+        ({"start_step": math.inf}, TypeError, "start_step"),
+    ]
+    for kwargs, exc, name in cases:
+        with pytest.raises(exc, match=name):
+            DataLoader(streams, batch_size=4, **kwargs)
+    # Integers of every kind still work.
+    for kwargs in ({"num_workers": "2"}, {"num_workers": 2.5}, {"prefetch_size": np.uint8(2)},
+                   {"prefetch_size": 2.5}, {"start_step": np.int64(3)}):
+        with DataLoader(streams, batch_size=4, mode=0, **kwargs) as loader:
+            assert next(loader)["y"].shape == (4,)
+    with DataLoader(streams, batch_size=4, mode=0, start_step=np.uint16(2)) as loader:
+        assert next(loader)["y"].tolist() == [8, 9, 10, 11]
+    close_all(streams)
+
+
 @ours_only
 def test_close_waits_for_blocked_transforms_once_not_per_thread():
     _, streams = make_streams(40)

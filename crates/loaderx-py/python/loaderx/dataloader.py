@@ -23,6 +23,8 @@ streams as one array + offsets + shapes.
 """
 
 import atexit
+import math
+import operator
 import os
 import sys
 import threading
@@ -553,6 +555,42 @@ def _close_timeout(timeout):
     return None if timeout >= threading.TIMEOUT_MAX else float(timeout)
 
 
+# More transform threads than any machine starts: a larger num_workers (2**63,
+# which loaderx 1.7.2 hangs on building its thread list) is refused.
+_MAX_WORKERS = 1 << 16
+
+
+def _num_workers(value):
+    """``num_workers`` as loaderx 1.7.2 reads it (``max(1, int(value))``:
+    ``"2"`` and ``2.5`` included), with errors that name it."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        kind = next(k for k in (OverflowError, ValueError, TypeError) if isinstance(exc, k))
+        raise kind(f"num_workers: {exc} (got {value!r})") from None
+    if n > _MAX_WORKERS:
+        raise ValueError(f"num_workers={n} transform threads: at most {_MAX_WORKERS}")
+    return max(1, n)
+
+
+def _prefetch_size(value):
+    """``prefetch_size`` as a count of batches. loaderx 1.7.2 passes it to
+    ``Queue(maxsize=...)``, which takes any number (inf, NaN and values
+    <= 0 as no bound) and hangs its gather thread on anything else. Here a
+    value <= 0 or NaN is 0 and inf is unbounded in practice (2**63), as a
+    huge int is; a non-number is refused by name."""
+    if isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+        if value != value or value <= 0:
+            return 0
+        return 2**63 if value == math.inf else int(value)
+    try:
+        return max(0, operator.index(value))
+    except TypeError:
+        raise TypeError(
+            f"prefetch_size must be a number of batches, got {type(value).__name__} {value!r}"
+        ) from None
+
+
 class DataLoader:
     """Endless shuffled batches from named stores, prefetched by threads.
 
@@ -657,13 +695,19 @@ class DataLoader:
         length = next(iter(lengths.values()))
         if (rank is None) != (world is None):
             raise ValueError("rank and world must be given together")
-        num_workers = max(1, int(num_workers))
-        prefetch_size = max(0, int(prefetch_size))
+        num_workers = _num_workers(num_workers)
+        prefetch_size = _prefetch_size(prefetch_size)
         if rank is None:
             sampler = Sampler(length, batch_size, mode, seed)
         else:
             sampler = Sampler(length, batch_size, mode, seed, rank=rank, world=world)
-        start_step = int(start_step)
+        try:
+            # Like Sampler.seek: an integer, never a truncated float.
+            start_step = operator.index(start_step)
+        except TypeError:
+            raise TypeError(
+                f"start_step must be an integer, got {type(start_step).__name__} {start_step!r}"
+            ) from None
         if not 0 <= start_step < 2**63:
             raise ValueError(f"start_step must be in [0, 2**63), got {start_step}")
         sampler.seek(start_step)
