@@ -1,6 +1,8 @@
 """DenseStore public behaviour: creation/open, append, every index form,
 maintenance, lifecycle. Guards the drop-in claim for the dense contract."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -387,6 +389,36 @@ def test_a_level_given_at_reopen_applies_to_that_handles_appends(kind):
         store(read_only=True, level=3)
     with pytest.raises(ValueError, match="raw"):
         DenseStore("r", np.uint8, (4,), codec="raw", level=3)
+
+
+@ours_only
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_a_bad_level_is_refused_by_name_before_anything_changes(kind):
+    import math
+
+    def store(path, **kw):
+        if kind == "dense":
+            return DenseStore(path, np.uint8, (4,), **kw)
+        return RaggedStore(path, np.uint8, **kw)
+
+    with store("s") as s:
+        s.append(np.zeros((2, 4), np.uint8) if kind == "dense" else [np.zeros(4, np.uint8)] * 2)
+    # Out of a C int, these leaked PyO3's OverflowError ("Python int too
+    # large to convert to C long"), and floats, strings and NumPy bools its
+    # TypeError, neither naming level; True was taken as level 1.
+    for bad, exc in [(2**31, ValueError), (-2**31 - 1, ValueError), (2**63, ValueError),
+                     (10**400, ValueError), (2.0, TypeError), (math.inf, TypeError),
+                     (math.nan, TypeError), ("3", TypeError), (True, TypeError),
+                     (np.bool_(True), TypeError), (np.float32(3), TypeError)]:
+        with pytest.raises(exc, match="level"):
+            store("n", level=bad)
+        assert not os.path.exists("n")
+        with pytest.raises(exc, match="level"):
+            store("s", level=bad)
+    # Integers of any kind still set it.
+    for good in (np.int8(3), np.uint64(5), -5):
+        with store("s", level=good) as s:
+            assert len(s) == 2
 
 
 def test_large_records_and_batches():

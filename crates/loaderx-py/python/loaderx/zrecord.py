@@ -137,6 +137,21 @@ def _item_shape(item_shape):
     return tuple(dims)
 
 
+def _level(level):
+    """``level`` as an int the native layer takes (it checks zstd's range),
+    or None; refused by name, before anything is opened or created, where
+    the binding's conversion raised OverflowError or a TypeError that did
+    not say which argument (and took ``True`` as level 1)."""
+    if level is None:
+        return None
+    if isinstance(level, (bool, np.bool_)) or not hasattr(type(level), "__index__"):
+        raise TypeError(f"level must be an integer zstd level, got {type(level).__name__} {level!r}")
+    v = operator.index(level)
+    if not -2**31 <= v < 2**31:
+        raise ValueError(f"level={v} is outside zstd's range of compression levels")
+    return v
+
+
 def _out_problem(out, shape, dtype):
     """Why the array ``out`` cannot take records of ``shape`` and ``dtype``
     (``None`` if it can)."""
@@ -336,7 +351,8 @@ class _Base:
             raise ValueError(
                 f"unknown durability {durability!r}, expected one of {list(DURABILITIES)}"
             )
-        self.durability = durability
+        self.durability = str(durability)  # np.str_('at_sync') included
+        level = _level(level)
         if self.read_only and level is not None:
             raise ReadOnlyStore(
                 None,
