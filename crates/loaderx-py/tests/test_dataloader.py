@@ -254,7 +254,7 @@ def test_prefetch_size_inf_and_nan_are_accepted_as_the_reference_does():
 
 
 @ours_only
-def test_loader_count_arguments_are_checked_by_name():
+def test_loader_arguments_are_checked_by_name():
     # The reference hangs on these (a prefetch_size its Queue cannot compare,
     # num_workers past any thread count) or raises int()'s bare message.
     _, streams = make_streams(20)
@@ -270,6 +270,8 @@ def test_loader_count_arguments_are_checked_by_name():
         ({"start_step": 2.5}, TypeError, "start_step"),
         ({"start_step": "3"}, TypeError, "start_step"),
         ({"start_step": math.inf}, TypeError, "start_step"),
+        ({"packed": 5}, TypeError, "packed"),
+        ({"packed": [["x"]]}, TypeError, "packed"),
     ]
     for kwargs, exc, name in cases:
         with pytest.raises(exc, match=name):

@@ -717,7 +717,13 @@ class DataLoader:
             packed = ()
         elif isinstance(packed, str):
             packed = (packed,)
-        packed = frozenset(packed)
+        try:
+            packed = frozenset(packed)
+        except TypeError:
+            raise TypeError(
+                f"packed must be stream names (a str or an iterable of them), "
+                f"got {type(packed).__name__} {packed!r}"
+            ) from None
         for name in sorted(packed, key=str):
             if not isinstance(self.streams.get(name), RaggedStore):
                 what = ("no such stream" if name not in self.streams
