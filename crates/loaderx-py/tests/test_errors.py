@@ -224,6 +224,17 @@ def test_creation_arguments_are_checked_and_named():
     DenseStore("ok", np.float32, (2.0, 3)).close()  # whole floats, as the reference
 
 
+def test_dict_bytes_that_is_no_bytes_like_object_is_refused():
+    # bytes([1, 2, 3]) made a 3-byte dictionary of a list (a store created
+    # with it, silently); loaderx 1.7.2 raises TypeError ("a bytes-like
+    # object is required").
+    for bad in ([1, 2, 3], (7, 8), [b"ab"]):
+        with pytest.raises(TypeError):
+            RaggedStore("r", np.uint8, codec="zstd_dict", dict_bytes=bad)
+        with pytest.raises(TypeError):
+            DenseStore("d", np.uint8, (4,), codec="zstd_dict", dict_bytes=bad)
+
+
 @ours_only
 def test_ragged_append_names_the_record_of_the_batch():
     with RaggedStore("r", np.int64) as rs:

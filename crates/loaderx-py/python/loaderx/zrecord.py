@@ -426,11 +426,16 @@ class _Base:
             if self.codec != "zstd_dict" and dict_bytes is not None:
                 raise ValueError("dict_bytes requires codec='zstd_dict'")
             if dict_bytes is not None:
-                if isinstance(dict_bytes, (int, str)):
+                # A bytes-like object (bytes, memoryview, a NumPy array); not
+                # bytes()'s other inputs: an int (that many zeros), a list or
+                # tuple of ints (a few-byte "dictionary"), a str.
+                try:
+                    memoryview(dict_bytes)
+                except TypeError:
                     raise TypeError(
                         "dict_bytes must be the bytes train_dict returned, got "
                         f"{type(dict_bytes).__name__}"
-                    )
+                    ) from None
                 dict_bytes = bytes(dict_bytes)
                 if not dict_bytes:
                     raise DictTrainingError(
