@@ -8,6 +8,7 @@ use crate::codec::Codec;
 use crate::engine::{Engine, Handle};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, LOC_SIZE, Loc, MAX_RECORD_LEN};
+use crate::gather::INLINE_COST;
 use crate::vfs::OpenFlags;
 use crate::vfs::StorageFile as _;
 use rayon::prelude::*;
@@ -342,21 +343,23 @@ impl Engine {
     }
 
     fn compress_all(&self, recs: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
-        let compress = |ctx: &mut std::io::Result<zstd::bulk::Compressor<'_>>, r: &[u8]| match ctx {
-            Ok(c) => c
-                .compress(r)
-                .map_err(|e| Error::InvalidArgument(format!("zstd compression failed: {e}"))),
-            Err(e) => Err(Error::InvalidArgument(format!(
-                "cannot create a zstd context: {e}"
-            ))),
-        };
-        if !crate::pool_usable() {
-            let mut ctx = self.codec.compressor();
-            return recs.iter().map(|r| compress(&mut ctx, r)).collect();
+        let level = self.codec.level;
+        let total = recs.iter().fold(0usize, |t, r| {
+            t.saturating_add(compress_cost(level, r.len()))
+        });
+        // Small appends (one record, a few small ones) compress here: handing
+        // them to the pool costs a wake-up each way, more than the work.
+        if total <= INLINE_COST
+            || recs.len() < 2
+            || !crate::pool_usable()
+            || rayon::current_num_threads() <= 1
+        {
+            let mut c = self.codec.compressor();
+            return recs.iter().map(|r| c.compress(r)).collect();
         }
         recs.par_iter()
             .with_min_len(4)
-            .map_init(|| self.codec.compressor(), |ctx, r| compress(ctx, r))
+            .map_init(|| self.codec.compressor(), |c, r| c.compress(r))
             .collect()
     }
 
@@ -404,6 +407,19 @@ impl Engine {
 
 fn odd_length(len: u64) -> Error {
     Error::InvalidArgument(format!("paired append on a store of odd length {len}"))
+}
+
+/// Estimated cost of compressing one record of `len` bytes at `level`, in
+/// nanoseconds of one core (measured on 4 KiB records: 3.9 us at level 3,
+/// 140 us at level 19; a frame's setup is about 2 us at low levels).
+fn compress_cost(level: i32, len: usize) -> usize {
+    let per_byte: usize = match level {
+        ..=3 => 1,
+        4..=9 => 8,
+        10..=15 => 30,
+        _ => 100,
+    };
+    per_byte.saturating_mul(len).saturating_add(2000)
 }
 
 /// Whether a thread holding the append lock may hand work to rayon's pool

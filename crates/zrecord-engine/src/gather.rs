@@ -28,11 +28,12 @@ fn record_cost(codec: Codec, loc: &Loc) -> usize {
     }
 }
 
-/// Gathers estimated below this many nanoseconds run on the calling
-/// thread: splitting them costs about as much as it saves (a helper thread
-/// needs microseconds to wake, far more when other processes hold the
-/// cores). A batch of a few hundred KiB of raw records stays here.
-const INLINE_COST: usize = 100_000;
+/// Gathers (and appends' compression) estimated below this many
+/// nanoseconds run on the calling thread: splitting them costs about as
+/// much as it saves (a helper thread needs microseconds to wake, far more
+/// when other processes hold the cores). A batch of a few hundred KiB of
+/// raw records stays here, and so do sixteen 4 KiB records at level 3.
+pub(crate) const INLINE_COST: usize = 100_000;
 
 /// Parallel jobs per thread: many and small (tens of microseconds each for
 /// a batch of compressed records), so the threads finish within one small
