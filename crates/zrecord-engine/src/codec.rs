@@ -600,3 +600,200 @@ mod tests {
         assert!(!d.is_empty() && d.len() <= 4096);
     }
 }
+
+#[cfg(test)]
+mod cctx_review {
+    use super::*;
+
+    fn noisy(seed: u64, len: usize, noise: u64) -> Vec<u8> {
+        let mut s = seed | 1;
+        (0..len)
+            .map(|i| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (((i as f64 / 23.0).sin() * 50.0 + 128.0) as u8)
+                    .wrapping_add(((s >> 33) % noise) as u8)
+            })
+            .collect()
+    }
+
+    /// One frame from a brand-new `zstd::bulk::Compressor` (nothing reused).
+    fn fresh_frame(level: i32, dict: Option<&EncoderDictionary<'_>>, r: &[u8]) -> Vec<u8> {
+        match dict {
+            Some(d) => zstd::bulk::Compressor::with_prepared_dictionary(d),
+            None => zstd::bulk::Compressor::new(level),
+        }
+        .unwrap()
+        .compress(r)
+        .unwrap()
+    }
+
+    fn dict() -> Vec<u8> {
+        let samples: Vec<Vec<u8>> = (0..300).map(|k| noisy(k, 1024, 24)).collect();
+        let sizes: Vec<usize> = samples.iter().map(Vec::len).collect();
+        train_dictionary(&samples.concat(), &sizes, 8192).unwrap()
+    }
+
+    /// Every level (negative ones, 0, and the row match finder's 5..=12,
+    /// which salts its hash per context reset), sizes mixed in an order
+    /// where a reused context has compressed bigger and smaller frames
+    /// before, each frame compared with one from a brand-new compressor.
+    #[test]
+    fn reused_contexts_match_a_brand_new_compressor_at_every_level() {
+        let d = dict();
+        let lens = [
+            70_000usize,
+            0,
+            1,
+            40_000,
+            100,
+            4096,
+            300_000,
+            17_000,
+            65_536,
+            3,
+        ];
+        let mut levels: Vec<i32> = vec![-131072, -50, -7, -1, 0];
+        levels.extend(1..=22);
+        for codec in [Codec::Zstd, Codec::ZstdDict] {
+            for &level in &levels {
+                let dd = (codec == Codec::ZstdDict).then(|| d.clone());
+                let state = match CodecState::new(codec, Some(level), dd, DictOrigin::Argument) {
+                    Ok(s) => s,
+                    Err(e) => panic!("{codec:?} level {level}: {e}"),
+                };
+                let prepared = EncoderDictionary::copy(&d, level);
+                let pd = (codec == Codec::ZstdDict).then_some(&prepared);
+                for round in 0..3u64 {
+                    let mut c = state.compressor();
+                    for (k, &len) in lens.iter().enumerate() {
+                        if level >= 16 && len > 40_000 {
+                            continue; // slow; the small ones show it
+                        }
+                        let r = noisy(round * 100 + k as u64, len, [2, 24, 255][k % 3]);
+                        assert_eq!(
+                            c.compress(&r).unwrap(),
+                            fresh_frame(level, pd, &r),
+                            "{codec:?} level {level}, {len} bytes, round {round}, record {k}"
+                        );
+                    }
+                }
+                let (n, bytes) = state.cctx_pool_stats();
+                assert!(n <= 1, "{n} {bytes}");
+            }
+        }
+    }
+
+    /// The pool's running byte count is the sum of its contexts' sizes
+    /// (`sizeof` at give-back equals `sizeof` at take: no drift, no
+    /// underflow), it keeps at most 64 contexts and 32 MiB, after 16
+    /// threads mixed small records with 1 MiB ones at levels whose contexts
+    /// reach tens of MiB, and dictionary contexts likewise.
+    #[test]
+    fn pool_accounting_matches_its_contexts_and_stays_bounded() {
+        let d = dict();
+        for (codec, level) in [
+            (Codec::Zstd, 9),
+            (Codec::Zstd, 19),
+            (Codec::Zstd, -3),
+            (Codec::ZstdDict, 12),
+        ] {
+            let dd = (codec == Codec::ZstdDict).then(|| d.clone());
+            let state = CodecState::new(codec, Some(level), dd, DictOrigin::Argument).unwrap();
+            let big = noisy(7, 1 << 20, 24);
+            std::thread::scope(|s| {
+                for t in 0..16u64 {
+                    let (state, big) = (&state, &big);
+                    s.spawn(move || {
+                        for k in 0..12u64 {
+                            let mut c = state.compressor();
+                            let n = if (t + k) % 5 == 0 {
+                                1 << 20
+                            } else {
+                                100 + 37 * k as usize
+                            };
+                            let len = if level == 19 { n.min(1 << 18) } else { n };
+                            c.compress(&big[..len]).unwrap();
+                            c.compress(&big[..100]).unwrap();
+                        }
+                    });
+                }
+            });
+            // Many compressors at once: at most 64 contexts kept.
+            let mut cs: Vec<_> = (0..80).map(|_| state.compressor()).collect();
+            for c in &mut cs {
+                c.compress(&big[..1000]).unwrap();
+            }
+            drop(cs);
+            let pool = state.cctx_pool.lock().unwrap();
+            let sum: usize = pool.0.iter().map(CCtx::sizeof).sum();
+            assert_eq!(pool.1, sum, "{codec:?} level {level}: running count");
+            assert!(
+                pool.1 <= MAX_POOLED_CCTX_BYTES,
+                "{codec:?} level {level}: {}",
+                pool.1
+            );
+            assert!(pool.0.len() <= MAX_POOLED_CCTX, "{codec:?} level {level}");
+            assert!(
+                !pool.0.is_empty(),
+                "{codec:?} level {level}: small ones kept"
+            );
+            drop(pool);
+            // And taking every context back leaves exactly zero.
+            let mut cs: Vec<_> = (0..80).map(|_| state.compressor()).collect();
+            for c in &mut cs {
+                c.compress(&big[..10]).unwrap();
+            }
+            assert_eq!(state.cctx_pool_stats(), (0, 0), "{codec:?} level {level}");
+        }
+    }
+
+    /// A huge record at level 22 (a context of hundreds of MiB) is
+    /// compressed, and its context is freed, not pooled.
+    #[test]
+    fn a_level_22_context_for_a_big_record_is_not_kept() {
+        let state = CodecState::new(Codec::Zstd, Some(22), None, DictOrigin::Argument).unwrap();
+        let r = noisy(3, 3 << 20, 4);
+        let mut c = state.compressor();
+        let f = c.compress(&r).unwrap();
+        assert_eq!(zstd::bulk::decompress(&f, r.len()).unwrap(), r);
+        drop(c);
+        let (n, bytes) = state.cctx_pool_stats();
+        assert!(
+            bytes <= MAX_POOLED_CCTX_BYTES,
+            "{n} contexts, {bytes} bytes"
+        );
+    }
+
+    /// A pooled context's indexes keep growing over its frames; past
+    /// zstd's 3500 MB mark a frame is overflow-corrected mid-way (a fresh
+    /// context never is). The frame must still be the brand-new one's.
+    #[test]
+    fn a_frame_crossing_the_index_overflow_mark_matches_a_brand_new_one() {
+        let mut s = 0x1234_5678_9abc_def1u64;
+        let big: Vec<u8> = (0..512usize << 20)
+            .map(|i| {
+                if i % 64 == 0 {
+                    s = s
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                }
+                (s >> ((i % 8) * 8)) as u8 & 0x0f
+            })
+            .collect();
+        for level in [1, 3] {
+            let state =
+                CodecState::new(Codec::Zstd, Some(level), None, DictOrigin::Argument).unwrap();
+            let mut c = state.compressor();
+            for _ in 0..6 {
+                c.compress(&big).unwrap();
+            }
+            let got = c.compress(&big).unwrap();
+            assert!(
+                got == fresh_frame(level, None, &big),
+                "level {level}: the frame crossing the mark differs"
+            );
+        }
+    }
+}
