@@ -796,4 +796,47 @@ mod cctx_review {
             );
         }
     }
+
+    /// A panic that unwinds past a compressor (after its frame) gives a
+    /// usable context back, and a pool whose lock a panicking thread
+    /// poisoned keeps working and counting right: later frames are still
+    /// a brand-new compressor's.
+    #[test]
+    fn unwinding_and_a_poisoned_pool_lock_leave_the_pool_usable() {
+        let d = dict();
+        let state = CodecState::new(
+            Codec::ZstdDict,
+            Some(5),
+            Some(d.clone()),
+            DictOrigin::Argument,
+        )
+        .unwrap();
+        let prepared = EncoderDictionary::copy(&d, 5);
+        let r = noisy(11, 30_000, 24);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut c = state.compressor();
+            c.compress(&r).unwrap();
+            panic!("after a frame");
+        }));
+        assert!(caught.is_err());
+        assert_eq!(state.cctx_pool_stats().0, 1, "the context came back");
+        let poisoner = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _g = state.cctx_pool.lock().unwrap();
+                panic!("holding the pool lock");
+            })
+            .join()
+        });
+        assert!(poisoner.is_err() && state.cctx_pool.is_poisoned());
+        for len in [30_000, 5, 4096] {
+            let mut c = state.compressor();
+            assert_eq!(
+                c.compress(&r[..len]).unwrap(),
+                fresh_frame(5, Some(&prepared), &r[..len])
+            );
+        }
+        let pool = state.cctx_pool.lock().unwrap_or_else(|e| e.into_inner());
+        assert_eq!(pool.1, pool.0.iter().map(CCtx::sizeof).sum::<usize>());
+        assert_eq!(pool.0.len(), 1);
+    }
 }
