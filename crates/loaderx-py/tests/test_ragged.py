@@ -274,6 +274,28 @@ def test_non_contiguous_records_and_every_index_form():
                 _same_record(g, recs[k])
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.float16, np.complex64, np.bool_, ">i4", "<u2", "struct"])
+def test_a_batch_mixing_plain_arrays_with_views_scalars_and_memoryviews_reads_back_exactly(dtype):
+    # Plain C-contiguous arrays take a short path and the other forms the
+    # general one; in one batch their bytes and shapes must come back as
+    # given, whatever the dtype's byte order or structure.
+    dt = structured_dtype() if dtype == "struct" else np.dtype(dtype)
+    raw = np.random.default_rng(5).integers(0, 256, size=40 * 4 * dt.itemsize, dtype=np.uint8)
+    base = raw.view(dt)[:40 * 4].reshape(40, 4) if dt.kind != "b" else (raw[:160] % 2).astype(bool).reshape(40, 4)
+    recs = [base[0], base[1:3].copy(), base[:, 1], base[5:6, 2].reshape(()), np.ascontiguousarray(base[7:9].T),
+            base[10:14][::-1], base[20].copy()[None, None], memoryview(np.ascontiguousarray(base[30]))]
+    if dt.kind != "V" and dt.isnative:
+        recs.append(base[31, 0])  # a NumPy scalar (always of native order)
+    with RaggedStore("mix", dt) as rs:
+        rs.append(recs)
+        got = rs[:]
+    assert len(got) == len(recs)
+    for g, r in zip(got, recs):
+        want = np.asarray(r)
+        assert g.dtype == dt and g.shape == want.shape
+        assert g.tobytes() == np.ascontiguousarray(want).tobytes()
+
+
 def test_a_batch_with_a_record_of_another_dtype_appends_nothing():
     with RaggedStore("r", np.float32) as rs:
         with pytest.raises(ValueError):

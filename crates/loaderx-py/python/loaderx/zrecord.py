@@ -833,26 +833,41 @@ class RaggedStore(_Base):
 
     def _prepare_batch(self, records):
         """Pack records into ``(payload uint8, byte offsets, shapes)``."""
+        dtype = self.dtype
+        # NumPy's concatenation converts to native byte order and packs
+        # structured records field by field (their padding lost): records of
+        # such dtypes are concatenated as bytes.
+        as_bytes = not (dtype.isnative and dtype.kind in "biufc")
         bufs, shapes = [], []
         for k, record in enumerate(records):
+            # The common case first, in as few NumPy calls as it takes: a
+            # C-contiguous array of the store's dtype, kept as it is.
+            if type(record) is np.ndarray and record.flags.c_contiguous and record.dtype == dtype \
+                    and 0 < record.nbytes <= MAX_RECORD_LEN:
+                b = record.ravel()
+                bufs.append(b.view(np.uint8) if as_bytes else b)
+                shapes.append(record.shape)
+                continue
             # bytes are raw uint8 records (an extension); a memoryview is an
             # array like any other, its format and shape kept, as in
             # loaderx 1.7.2.
             if isinstance(record, (bytes, bytearray)):
-                if self.dtype != np.dtype(np.uint8):
+                if dtype != np.dtype(np.uint8):
                     raise ValueError(
-                        f"{self.path}: record {k} of the batch is bytes (uint8), but the store holds {self.dtype}"
+                        f"{self.path}: record {k} of the batch is bytes (uint8), but the store holds {dtype}"
                     )
                 b = np.frombuffer(record, dtype=np.uint8)
                 shape = (len(b),)
             else:
                 a = np.asarray(record)
-                if a.dtype != self.dtype:
+                if a.dtype != dtype:
                     raise ValueError(
-                        f"{self.path}: record {k} of the batch has dtype {a.dtype}, the store holds {self.dtype}"
+                        f"{self.path}: record {k} of the batch has dtype {a.dtype}, the store holds {dtype}"
                     )
                 shape = a.shape
-                b = _c_order(a).reshape(-1).view(np.uint8)
+                b = _c_order(a).reshape(-1)
+                if as_bytes:
+                    b = b.view(np.uint8)
             n = b.nbytes
             if n == 0:
                 raise ValueError(
@@ -869,7 +884,10 @@ class RaggedStore(_Base):
         sizes = np.fromiter((b.nbytes for b in bufs), dtype=np.uint64, count=len(bufs))
         offsets = np.zeros(len(bufs) + 1, dtype=np.uint64)
         np.cumsum(sizes, out=offsets[1:])
-        return np.concatenate(bufs), offsets, shapes
+        # Every buffer has the store's dtype, or is bytes (structured
+        # stores; bytes records only reach a uint8 store): one
+        # concatenation, then its bytes.
+        return np.concatenate(bufs).view(np.uint8), offsets, shapes
 
     def append(self, records):
         """Append an iterable of records under one native commit; returns the
