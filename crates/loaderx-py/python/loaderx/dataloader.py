@@ -489,7 +489,10 @@ class _Pipeline:
         all (a transform still running past that finishes on its own;
         ``None``, or a limit longer than ``threading.TIMEOUT_MAX`` such as
         ``math.inf``: as long as they take)."""
-        timeout = _close_timeout(timeout)
+        if timeout is not None and not (type(timeout) is float and timeout < 1e9):
+            # A plain float below 1e9 s (the default, which also comes here
+            # from __del__ at exit) needs no check; anything else is checked.
+            timeout = _close_timeout(timeout)
         if os.getpid() != self.pid:
             return  # a forked child: the threads (and their lock) are the parent's
         if sys.is_finalizing():
