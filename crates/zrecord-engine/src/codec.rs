@@ -435,7 +435,7 @@ mod tests {
     use super::*;
 
     /// Smooth bytes with noise: compressible, as image tiles are.
-    fn tile(seed: u64, len: usize, noise: u64) -> Vec<u8> {
+    pub(super) fn tile(seed: u64, len: usize, noise: u64) -> Vec<u8> {
         let mut s = seed;
         (0..len)
             .map(|i| {
@@ -605,18 +605,7 @@ mod tests {
 mod cctx_review {
     use super::*;
 
-    fn noisy(seed: u64, len: usize, noise: u64) -> Vec<u8> {
-        let mut s = seed | 1;
-        (0..len)
-            .map(|i| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (((i as f64 / 23.0).sin() * 50.0 + 128.0) as u8)
-                    .wrapping_add(((s >> 33) % noise) as u8)
-            })
-            .collect()
-    }
+    use super::tests::tile as noisy;
 
     /// One frame from a brand-new `zstd::bulk::Compressor` (nothing reused).
     fn fresh_frame(level: i32, dict: Option<&EncoderDictionary<'_>>, r: &[u8]) -> Vec<u8> {

@@ -72,22 +72,7 @@ fn a_forked_child_gathers_appends_and_compresses_on_its_own_thread() {
         assert_matches(&b, &mine);
         0
     };
-    // SAFETY: the child runs engine calls only and leaves with `_exit`.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(9);
-        // SAFETY: ends the child without running the parent's exit code.
-        unsafe { libc::_exit(code) };
-    }
-    let mut status = 0;
-    // SAFETY: waits for the child forked above.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(
-        libc::WIFEXITED(status),
-        "the child did not exit (signal {}: hung in the pool?)",
-        libc::WTERMSIG(status)
-    );
-    assert_eq!(libc::WEXITSTATUS(status), 0);
+    assert_eq!(exit_code_of_fork(child), 0);
     // The parent's pool still works.
     assert!(zrecord_engine::pool_usable());
     assert_matches(&a, &recs);

@@ -268,3 +268,26 @@ pub fn reopen_after_each_failed_open(
     }
     failed
 }
+
+/// Runs `child` in a forked child process and returns its exit code (a
+/// panic in it is 9); fails if the child died of a signal (`alarm` it to
+/// turn a hang into one).
+#[cfg(unix)]
+pub fn exit_code_of_fork(child: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: the child runs `child` and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(9);
+        // SAFETY: ends the child without running the parent's exit code.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status),
+        "the child did not exit (signal {}: hung?)",
+        libc::WTERMSIG(status)
+    );
+    libc::WEXITSTATUS(status)
+}
