@@ -15,6 +15,12 @@ alternating 4 times, each run after a `sync` and 3 s of rest: the regime of
 a long ingestion. On this VM it is dominated by the write-back of earlier
 runs (one build ranges over 5x between runs); read it as a sanity check.
 
+`--ragged` appends 4,096 int32 sequences (the lognormal lengths of
+`bench_vs_reference.py`'s ragged rows, median ~250 elements) to a fresh
+ragged store, 1, 16 or 256 per call, raw and zstd, and prints the loop's
+cost per record (best of 3 stores, each package in its own process, 3
+alternating runs, the best kept).
+
 `--sync-each` times a `sync()` after every call instead: one 64-byte record
 appended, or one index deleted, or nothing, then `sync()`, 50 times on a
 1,000-record raw store (best of 3 loops per process, 3 processes per package,
@@ -98,6 +104,46 @@ print(" ".join(f"{v * 1e6:.2f}" for v in best.values()))
 """
 
 
+RAGGED = r"""
+import numpy as np, os, shutil, sys, tempfile, time
+sys.path.insert(0, os.path.dirname(sys.argv[3]))
+from bench_vs_reference import ragged_data
+from loaderx.zrecord import RaggedStore
+batch = int(sys.argv[1])
+recs = ragged_data(np, 4096)
+d = tempfile.mkdtemp(dir=sys.argv[2])
+out = []
+for codec in ("raw", "zstd"):
+    best = float("inf")
+    for r in range(3):
+        with RaggedStore(f"{d}/{codec}{r}", np.int32, codec=codec) as rs:
+            t = time.perf_counter()
+            for i in range(0, len(recs), batch):
+                rs.append(recs[i:i + batch])
+            best = min(best, time.perf_counter() - t)
+    out.append(best / len(recs) * 1e6)
+shutil.rmtree(d)
+print(" ".join(f"{v:.2f}" for v in out))
+"""
+
+
+def ragged(ours, ref, tmp):
+    me = os.path.abspath(__file__)
+    print("| records per append | codec | loaderx 1.7.2 us/record | ours us/record | ref / ours |")
+    print("|---:|---|---:|---:|---:|")
+    for batch in (1, 16, 256):
+        res = {"ref": [], "ours": []}
+        for _ in range(3):
+            for name, py in (("ref", ref), ("ours", ours)):
+                r = subprocess.run([py, "-c", RAGGED, str(batch), tmp, me],
+                                   check=True, capture_output=True, text=True)
+                res[name].append([float(v) for v in r.stdout.split()])
+        for k, codec in enumerate(("raw", "zstd")):
+            rv = min(v[k] for v in res["ref"])
+            ov = min(v[k] for v in res["ours"])
+            print(f"| {batch} | {codec} | {rv:.2f} | {ov:.2f} | {rv / ov:.2f}x |")
+
+
 def sync_each(ours, ref, tmp):
     res = {"ref": [], "ours": []}
     for _ in range(3):
@@ -135,6 +181,9 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     if "--sync-each" in sys.argv:
         sync_each(ours, ref, tmp)
+        return
+    if "--ragged" in sys.argv:
+        ragged(ours, ref, tmp)
         return
     if "--sustained" in sys.argv:
         sustained(ours, ref, tmp)
