@@ -13,7 +13,8 @@ const MAX_POOLED_DCTX: usize = 64;
 /// Compression contexts kept for reuse, at most this many.
 const MAX_POOLED_CCTX: usize = 64;
 
-/// ... and at most this many bytes of them (`ZSTD_sizeof_CCtx`). A context
+/// Compression contexts kept for reuse, at most this many bytes of them
+/// (`ZSTD_sizeof_CCtx`). A context
 /// keeps the tables of its largest frame: a few hundred KiB at level 3, up
 /// to hundreds of MiB for a huge record at level 19 or more. Those big
 /// ones are freed, not kept: compressing their frames dwarfs making one.
@@ -413,8 +414,11 @@ impl PooledCompressor<'_> {
                 // dictionary it references, and `disable_dictionary`
                 // succeeded (`ZSTD_CCtx_loadDictionary(NULL, 0)`, which
                 // clears every dictionary reference), so this context
-                // refers to nothing borrowed and may outlive `d`. The types
-                // differ in that lifetime alone.
+                // refers to nothing borrowed and may outlive `d`. (libzstd
+                // 1.5.7 leaves a stale `dictMatchState` pointer, which the
+                // next frame's reset clears before any read, and freeing a
+                // context never follows it.) The types differ in that
+                // lifetime alone.
                 self.ctx = Some(unsafe { std::mem::transmute::<CCtx<'_>, CCtx<'static>>(ctx) });
             }
         }
