@@ -40,6 +40,7 @@ from pathlib import Path
 import ast
 import os
 import functools
+import itertools
 import math
 import operator
 
@@ -881,19 +882,22 @@ class RaggedStore(_Base):
             shapes.append(shape)
         if not bufs:
             raise ValueError("append needs at least one record")
-        sizes = np.fromiter((b.nbytes for b in bufs), dtype=np.uint64, count=len(bufs))
-        offsets = np.zeros(len(bufs) + 1, dtype=np.uint64)
-        np.cumsum(sizes, out=offsets[1:])
-        # Every buffer has the store's dtype, or is bytes (structured
-        # stores; bytes records only reach a uint8 store): one
-        # concatenation, then its bytes.
-        return np.concatenate(bufs).view(np.uint8), offsets, shapes
+        offsets = np.array([0, *itertools.accumulate([b.nbytes for b in bufs])], dtype=np.uint64)
+        # Every buffer is 1-D and contiguous, of the store's dtype or bytes
+        # (structured stores; bytes records only reach a uint8 store): one
+        # concatenation, then its bytes; a lone record is read in place.
+        src = bufs[0] if len(bufs) == 1 else np.concatenate(bufs)
+        return src.view(np.uint8), offsets, shapes
 
     def append(self, records):
         """Append an iterable of records under one native commit; returns the
         first new record's index. The commit is durable at the next
         ``sync()`` or ``close()`` (with ``durability="each_append"``, on
-        return, at three disk flushes per call)."""
+        return, at three disk flushes per call).
+
+        A batch of one C-contiguous array is read in place while the GIL is
+        released, as ``DenseStore.append`` reads its array: do not write
+        into it from another thread during the call."""
         core = self._open()
         src, offsets, shapes = self._prepare_batch(records)
         return core.append(src, offsets, shapes)
